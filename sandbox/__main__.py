@@ -1,0 +1,122 @@
+"""Command line of the sandbox.
+
+    python -m sandbox evaluate --task TASK.py --solution PATH [--backend cpu|cuda]
+                               [--reward graduated|binary|continuous] [--json]
+
+With --json, stdout carries exactly one JSON object, whatever the solution prints. Exit status
+is 0 whenever an evaluation result was produced (reward -1 included) and 2 for unusable
+arguments or tasks, with a one-line reason on stderr.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+USAGE_ERROR = 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description="CUDA-Agent kernel sandbox")
+    sub = parser.add_subparsers(dest="command", required=True)
+    ev = sub.add_parser("evaluate", help="judge one solution against one task")
+    ev.add_argument("--task", required=True, help="KernelBench-format task file")
+    ev.add_argument("--solution", required=True, help="model_new .py file or workspace directory")
+    ev.add_argument("--backend", choices=["cpu", "cuda"], default=None,
+                    help="default: cuda when a GPU is visible, else cpu")
+    ev.add_argument("--reward", choices=["graduated", "binary", "continuous"], default="graduated")
+    ev.add_argument("--tolerance", choices=["kernelbench", "paper"], default="kernelbench")
+    ev.add_argument("--trials", type=int, default=5, help="random input sets checked (default 5)")
+    ev.add_argument("--warmup", type=int, default=None, help="untimed warm-up runs")
+    ev.add_argument("--repeats", type=int, default=None, help="timed runs")
+    ev.add_argument("--compile-timeout", type=float, default=None, help="seconds for the build")
+    ev.add_argument("--run-timeout", type=float, default=None, help="seconds for verify + timing")
+    ev.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+    ev.add_argument("--arch", default="", help='CUDA arch such as "9.0" (default: the device\'s)')
+    ev.add_argument("--cache-dir", default="", help="cache root (default $CUDA_AGENT_CACHE or ~/.cache/cuda-agent)")
+    ev.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    demo = sub.add_parser("demo", help="judge the bundled example kernel (relu_add, workspace form)")
+    demo.add_argument("--backend", choices=["cpu", "cuda"], default=None,
+                      help="default: cuda when a GPU is visible, else cpu")
+    return parser
+
+
+def demo_paths(backend: str) -> tuple[Path, Path]:
+    """The bundled example task and the workspace solution for this backend."""
+    examples = Path(__file__).resolve().parent.parent / "examples"
+    return examples / "tasks" / "relu_add.py", examples / "solutions" / backend / "relu_add_workspace"
+
+
+def config_from_args(args: argparse.Namespace):
+    from .config import SandboxConfig
+
+    backend = args.backend or _default_backend()
+    if args.command == "demo":
+        return SandboxConfig(backend=backend)
+    cfg = SandboxConfig(backend=backend, tolerance=args.tolerance, num_correct_trials=args.trials,
+                        compile_baseline=not args.no_compile_baseline, cuda_arch=args.arch,
+                        cache_dir=args.cache_dir)
+    overrides = {k: v for k, v in (("compile_timeout_s", args.compile_timeout),
+                                   ("run_timeout_s", args.run_timeout)) if v is not None}
+    timing = {k: v for k, v in (("warmup", args.warmup), ("repeats", args.repeats)) if v is not None}
+    if timing:
+        overrides["timing"] = replace(cfg.timing, **timing)
+    return replace(cfg, **overrides)
+
+
+def _default_backend() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def render_text(result: dict) -> str:
+    lines = [f"reward {result['reward']:g}  compiled={result['compiled']}  correct={result['correct']}"]
+    if result["error"]:
+        lines.append(f"error: {result['error']}: {(result['error_detail'] or '').strip()[:2000]}")
+    for key in ("runtime_us", "eager_us", "compile_us"):
+        if result[key] is not None:
+            lines.append(f"{key:<11} {result[key]:12.1f}")
+    for key in ("speedup_vs_eager", "speedup_vs_compile"):
+        if result[key] is not None:
+            lines.append(f"{key:<19} {result[key]:.3f}x")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from .errors import TaskError
+    from .judge import evaluate
+    from .reward import reward_fn
+
+    if args.command == "demo":
+        args.reward, args.json = "graduated", False
+        args.backend = args.backend or _default_backend()
+        args.task, args.solution = demo_paths(args.backend)
+        print(f"judging {args.solution.name} on task {args.task.name} (backend {args.backend}; "
+              "the first build takes a minute)", file=sys.stderr)
+    try:
+        cfg = config_from_args(args)
+        measurement = evaluate(args.task, args.solution, cfg)
+    except (TaskError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return USAGE_ERROR
+    result = measurement.to_dict()
+    result["reward"] = reward_fn(args.reward)(measurement)
+    result["reward_name"] = args.reward
+    if args.json:
+        sys.stdout.write(json.dumps(result) + "\n")
+    else:
+        print(render_text(result))
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:
+        os._exit(130)

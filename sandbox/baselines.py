@@ -1,0 +1,53 @@
+"""On-disk cache of eager / torch.compile baseline timings.
+
+Keyed by everything that changes the numbers: the task's source, the device, the software
+versions and the timing configuration. Files are written atomically, so concurrent
+evaluations of the same task at worst time it twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import tempfile
+from pathlib import Path
+
+import torch
+
+
+def software_versions() -> dict[str, str | None]:
+    versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
+    try:
+        import triton  # noqa: F401  (inductor's GPU code generator)
+        versions["triton"] = triton.__version__
+    except Exception:
+        versions["triton"] = None
+    return versions
+
+
+def baseline_cache_path(job: dict, device: str) -> Path:
+    task_hash = hashlib.sha256(Path(job["task_path"]).read_bytes()).hexdigest()
+    key = json.dumps({"task": task_hash, "backend": job["backend"], "device": device,
+                      "software": software_versions(), "timing": job["timing"],
+                      "compile_baseline": job["compile_baseline"]}, sort_keys=True)
+    digest = hashlib.sha256(key.encode()).hexdigest()
+    return Path(job["cache_root"]) / "baselines" / f"{digest}.json"
+
+
+def load_baselines(path: Path) -> dict | None:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) and "eager" in data else None
+
+
+def store_baselines(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(data, fh)
+    os.replace(tmp, path)
+
+

@@ -1,0 +1,338 @@
+"""The judge: runs one evaluation across worker processes and fills a Measurement.
+
+    reference worker  ──(trial inputs, weights)──▶  run worker (solution code)
+          │ reference outputs (a pipe, never a file)      │ solution outputs
+          └──────────────▶  judge: compare, reward  ◀─────┘
+
+The reference runs in its own process, concurrently with the build; the judge compares
+outputs itself, in this process, which no solution code ever runs in. Each stage has its own
+timeout; a worker that dies, hangs or exits early fails the evaluation with a typed error.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+from .compare import compare_outputs
+from .config import SandboxConfig
+from .errors import TASK_ERROR, SolutionError, TaskError
+from .measurement import ErrorKind, Measurement, TimingStats
+from .solution import materialise, read_solution
+from .task import load_task_source
+
+POLL_S = 0.02
+
+
+class WorkerProcess:
+    """One ``python -m sandbox.worker`` process and the directory it reports into."""
+
+    def __init__(self, role: str, job: dict, eval_dir: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()):
+        self.role = role
+        self.dir = eval_dir / role
+        self.dir.mkdir()
+        job = dict(job, worker_dir=str(self.dir))
+        job_path = eval_dir / f"{role}.job.json"
+        job_path.write_text(json.dumps(job))
+        self.log_path = eval_dir / f"{role}.log"
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "sandbox.worker", role, str(job_path)],
+                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                cwd=str(self.dir), start_new_session=True, pass_fds=pass_fds)
+
+    def wait_for(self, name: str, timeout_s: float) -> dict:
+        """Wait for ``<name>.json``; raise StageFailure on error report, exit or timeout."""
+        deadline = time.monotonic() + timeout_s
+        target, error = self.dir / f"{name}.json", self.dir / "error.json"
+        while True:
+            if error.exists():
+                report = json.loads(error.read_text())
+                raise StageFailure(report["kind"], report["detail"])
+            if target.exists():
+                return json.loads(target.read_text())
+            if self.proc.poll() is not None:
+                if error.exists() or target.exists():
+                    continue
+                raise StageFailure(ErrorKind.CRASH, f"{self.role} process {describe_exit(self.proc.returncode)} "
+                                                    f"before reporting {name}")
+            if time.monotonic() > deadline:
+                self.kill()
+                raise StageFailure(ErrorKind.TIMEOUT, f"{self.role} stage exceeded {timeout_s:g} s")
+            time.sleep(POLL_S)
+
+    def send(self, command: str) -> None:
+        try:
+            self.proc.stdin.write(f"{command}\n".encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone; wait_for reports how it ended
+
+    def log_tail(self, chars: int) -> str:
+        try:
+            data = self.log_path.read_bytes()[-chars:]
+        except OSError:
+            return ""
+        return data.decode("utf-8", errors="replace")
+
+    def kill(self) -> None:
+        """Kill the worker and everything it started, including children that made process
+        groups of their own (ninja does, for each compiler it runs)."""
+        if self.proc.poll() is None:
+            for pid in [self.proc.pid, *descendants(self.proc.pid)]:
+                for kill in (os.killpg, os.kill):
+                    try:
+                        kill(pid, signal.SIGKILL)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+        self.proc.wait()
+
+    def close(self) -> None:
+        self.send("stop")
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.kill()
+
+
+def descendants(root: int) -> list[int]:
+    """All live descendants of ``root``, read from /proc (empty where /proc is missing)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            # The command name may contain spaces; the fields after its ')' are fixed.
+            ppid = int(entry.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(entry.parent.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+class ReferenceOutputs:
+    """Receives the reference outputs through a pipe: they never exist as a file that solution
+    code could find, and only the reference worker holds the pipe's write end."""
+
+    def __init__(self):
+        self.read_fd, self.write_fd = os.pipe()
+        self._data = bytearray()
+        self._reader = threading.Thread(target=self._drain, daemon=True)
+        self._reader.start()
+
+    def _drain(self) -> None:
+        with os.fdopen(self.read_fd, "rb") as pipe:
+            while chunk := pipe.read(1 << 20):
+                self._data += chunk
+
+    def close_write_end(self) -> None:
+        os.close(self.write_fd)
+
+    def load(self, timeout_s: float = 60.0):
+        self._reader.join(timeout_s)
+        return torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
+
+
+class StageFailure(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind, self.detail = kind, detail
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def check_backend(cfg: SandboxConfig) -> None:
+    """Fail fast, with one line, when the requested backend cannot run here."""
+    if cfg.backend == "cuda" and not torch.cuda.is_available():
+        raise TaskError("backend 'cuda' needs a CUDA GPU and a CUDA build of torch; none is visible "
+                        "here (use --backend cpu)")
+
+
+def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, str]:
+    env = dict(os.environ)
+    project_root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = project_root + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = str(cfg.device_index) if cfg.backend == "cuda" else ""
+    env["OMP_NUM_THREADS"] = str(cfg.timing.cpu_threads)
+    env["MAX_JOBS"] = str(cfg.build_jobs)
+    if role in ("reference", "run"):
+        # Keep freed host memory in the process instead of returning it to the OS: otherwise
+        # every fresh input set re-faults its pages and CPU timings turn bimodal (measured:
+        # eager relu_add p25/p75 3.9/19.1 ms without, 2.9/3.2 ms with).
+        env["MALLOC_MMAP_THRESHOLD_"] = str(32 * 1024 * 1024)
+        env["MALLOC_TRIM_THRESHOLD_"] = str(16 * 1024 ** 3)
+    if role in ("build", "run"):
+        # One load_inline directory per solution source: identical solutions reuse one build,
+        # different ones never contend for the same extension name.
+        env["TORCH_EXTENSIONS_DIR"] = str(cfg.cache_root / "torch_extensions" / cfg.backend / solution_key)
+    return env
+
+
+def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfig) -> Measurement:
+    """Judge one solution. Raises TaskError for an unusable task; everything else is a Measurement."""
+    task_source = load_task_source(task_path)
+    check_backend(cfg)
+    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance, num_trials=cfg.num_correct_trials)
+    try:
+        solution = read_solution(solution_path)
+    except SolutionError as exc:
+        return m.fail(ErrorKind.INVALID_SOLUTION, str(exc))
+    m.solution_form = solution.form
+    eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-eval-"))
+    try:
+        materialise(solution, task_source, eval_dir / "solution")
+        _Evaluation(cfg, m, eval_dir, solution.key).run()
+    finally:
+        shutil.rmtree(eval_dir, ignore_errors=True)
+    return m
+
+
+class _Evaluation:
+    """The stages of one evaluation; each stage fills part of the measurement."""
+
+    def __init__(self, cfg: SandboxConfig, m: Measurement, eval_dir: Path, solution_key: str):
+        self.cfg, self.m, self.eval_dir = cfg, m, eval_dir
+        self.solution_key = solution_key
+        self.reference = ReferenceOutputs()
+        self.workers: list[WorkerProcess] = []
+        ref_dir = eval_dir / "reference"
+        self.job = {
+            "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
+            "solution_dir": str(eval_dir / "solution"), "cache_root": str(cfg.cache_root),
+            # Seeds come from the OS's randomness: the solution cannot predict its inputs.
+            "init_seed": secrets.randbits(31),
+            "trial_seeds": [secrets.randbits(31) for _ in range(cfg.num_correct_trials)],
+            "timing_seed": secrets.randbits(31), "timing": cfg.to_dict()["timing"],
+            "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
+            "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
+            "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
+            "init_path": str(ref_dir / "init.pt"), "inputs_path": str(ref_dir / "inputs.pt"),
+        }
+
+    def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = ()) -> WorkerProcess:
+        job = dict(self.job, **(extra_job or {}))
+        worker = WorkerProcess(role, job, self.eval_dir, worker_env(self.cfg, role, self.solution_key), pass_fds)
+        self.workers.append(worker)
+        return worker
+
+    def run(self) -> None:
+        try:
+            self._stages()
+        finally:
+            for w in self.workers:
+                w.close()
+                self.m.logs[w.role] = w.log_tail(self.cfg.log_chars)
+
+    def _stages(self) -> None:
+        ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,))
+        self.reference.close_write_end()
+        build = self.spawn("build")
+        built = self._stage("build", lambda: build.wait_for("build", self.cfg.compile_timeout_s), compile_stage=True)
+        # The reference ran meanwhile; waiting for it even after a failed build means a broken
+        # task is always reported as a task error, never blamed on the solution.
+        ref_info = self._reference_stage(ref, "reference")
+        self.m.device = ref_info["device"]
+        if not built:
+            return
+        self.m.compiled = True
+        if not ref_info["baselines_cached"]:
+            ref.send("go")
+        baselines = self._reference_stage(ref, "baselines")
+        self._record_baselines(baselines, ref_info["baselines_cached"])
+        self._run_stage()
+
+    def _reference_stage(self, ref: WorkerProcess, name: str) -> dict:
+        start = time.monotonic()
+        try:
+            return ref.wait_for(name, self.cfg.reference_timeout_s)
+        except StageFailure as exc:
+            if exc.kind == TASK_ERROR:
+                raise TaskError(f"task failed in the reference run: {exc.detail.strip().splitlines()[-1]}") from None
+            raise TaskError(f"reference run failed ({exc.kind}): {exc.detail.strip()[-300:]}") from None
+        finally:
+            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
+
+    def _stage(self, name: str, action, compile_stage: bool = False):
+        """Run one stage; on failure record it (typed) and return None."""
+        start = time.monotonic()
+        try:
+            return action() or True
+        except StageFailure as exc:
+            kind = exc.kind
+            if compile_stage and kind == ErrorKind.TIMEOUT:
+                kind = ErrorKind.COMPILE_TIMEOUT
+            self.m.fail(kind, exc.detail)
+            return None
+        finally:
+            self.m.stage_seconds[name] = time.monotonic() - start
+
+    def _record_baselines(self, baselines: dict, cached: bool) -> None:
+        self.m.baseline_cached = cached
+        self.m.eager_stats = TimingStats(**baselines["eager"])
+        self.m.eager_us = self.m.eager_stats.median_us
+        if baselines.get("compile"):
+            self.m.compile_stats = TimingStats(**baselines["compile"])
+            self.m.compile_us = self.m.compile_stats.median_us
+
+    def _run_stage(self) -> None:
+        deadline = time.monotonic() + self.cfg.run_timeout_s
+        run = self.spawn("run")
+        if not self._stage("verify", lambda: run.wait_for("outputs", self.cfg.run_timeout_s)):
+            return
+        if not self._verify(run):
+            run.send("stop")
+            return
+        run.send("go")
+        remaining = max(deadline - time.monotonic(), 1.0)
+        timing = self._stage("timing", lambda: run.wait_for("timing", remaining))
+        if timing:
+            self.m.runtime_stats = TimingStats(**timing["runtime"])
+            self.m.runtime_us = self.m.runtime_stats.median_us
+        else:
+            self.m.correct = False
+
+    def _verify(self, run: WorkerProcess) -> bool:
+        reference = self.reference.load()
+        try:
+            outputs = torch.load(run.dir / "outputs.pt", weights_only=True)
+        except Exception as exc:  # unreadable or forged file
+            self.m.fail(ErrorKind.MISMATCH, f"solution outputs could not be read: {type(exc).__name__}")
+            return False
+        if not isinstance(outputs, list) or len(outputs) != len(reference):
+            self.m.fail(ErrorKind.MISMATCH, "solution produced the wrong number of trial outputs")
+            return False
+        worst = 0.0
+        for trial, (ref_out, sol_out) in enumerate(zip(reference, outputs)):
+            result = compare_outputs(ref_out, sol_out, self.cfg.tolerance_for)
+            worst = max(worst, result.max_abs_diff)
+            if not result.ok:
+                self.m.max_abs_diff = worst
+                self.m.fail(ErrorKind.MISMATCH, f"trial {trial}: {result.reason}")
+                return False
+            self.m.trials_passed += 1
+        self.m.max_abs_diff = worst
+        self.m.correct = True
+        return True

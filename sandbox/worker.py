@@ -1,0 +1,325 @@
+"""Worker processes of one evaluation: ``python -m sandbox.worker ROLE JOB.json``.
+
+Roles:
+- ``reference``: runs the task's Model on the trial inputs, then times the eager and
+  torch.compile baselines (or reads them from the cache). Trusted harness code only.
+- ``build``: compiles the solution (workspace build or the solution's own load_inline) and
+  imports it once. Runs solution code.
+- ``run``: runs ModelNew on the trial inputs, hands the outputs over, then times it on command.
+  Runs solution code.
+
+Each worker reports through JSON files in its own directory (``<phase>.json`` or
+``error.json``) and takes commands ("go"/"stop") on stdin, so that the judge decides when
+timing may use the device. Anything the solution prints goes to the worker's log, not to the
+judge's stdout.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import platform
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+# Nothing from the solution is imported before these are bound.
+import torch
+
+from .baselines import baseline_cache_path, load_baselines, store_baselines
+from .config import TimingConfig
+from .errors import TASK_ERROR
+from .build import summarize_compiler_output
+from .measurement import ErrorKind, TimingStats
+from .timing import measure
+
+TRACEBACK_CHARS = 3000
+
+
+class WorkerFailure(Exception):
+    def __init__(self, kind: str, detail: str):
+        super().__init__(detail)
+        self.kind, self.detail = kind, detail
+
+
+def write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def save_tensors(path: Path, obj: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def wait_command() -> str:
+    line = sys.stdin.readline()
+    return line.strip() or "stop"
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def worker_device(backend: str) -> torch.device:
+    if backend == "cuda":
+        if not torch.cuda.is_available():
+            raise WorkerFailure(ErrorKind.SANDBOX_ERROR, "backend cuda but no CUDA device is visible")
+        return torch.device("cuda", 0)
+    return torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"cpu:{platform.processor() or platform.machine()}"
+
+
+def to_device(obj: Any, device: torch.device) -> Any:
+    if isinstance(obj, torch.Tensor):
+        return obj.to(device)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_device(x, device) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_device(v, device) for k, v in obj.items()}
+    return obj
+
+
+def to_cpu_copy(obj: Any) -> Any:
+    """A CPU copy that later calls cannot change (outputs may alias a reused buffer)."""
+    if isinstance(obj, torch.Tensor):
+        if type(obj) is not torch.Tensor:
+            raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain torch.Tensor")
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(to_cpu_copy(x) for x in obj)
+    if isinstance(obj, dict):
+        return {k: to_cpu_copy(v) for k, v in obj.items()}
+    return obj
+
+
+def describe_exception(exc: BaseException) -> str:
+    """The exception first (what a model or a person needs), then the traceback's tail."""
+    summary = f"{type(exc).__name__}: {exc}"
+    trace = "".join(traceback.format_exception(exc))
+    return f"{summary[:TRACEBACK_CHARS]}\n\n{trace[-TRACEBACK_CHARS:]}"
+
+
+# ---------------------------------------------------------------- task helpers
+
+def call_task(task, fn_name: str) -> Any:
+    try:
+        return getattr(task, fn_name)()
+    except Exception as exc:  # the task is broken: not the solution's fault
+        raise WorkerFailure(TASK_ERROR, f"{fn_name}() raised {type(exc).__name__}: {exc}") from None
+
+
+def check_inputs(inputs: Any, fn_name: str) -> list:
+    if not isinstance(inputs, (list, tuple)):
+        raise WorkerFailure(TASK_ERROR, f"{fn_name}() must return a list or tuple, got {type(inputs).__name__}")
+    for i, item in enumerate(inputs):
+        if fn_name == "get_inputs" and not isinstance(item, (torch.Tensor, int, float, bool)):
+            raise WorkerFailure(TASK_ERROR, f"get_inputs()[{i}] is a {type(item).__name__}; "
+                                            "inputs must be tensors (or plain numbers)")
+    if fn_name == "get_inputs" and not any(isinstance(x, torch.Tensor) for x in inputs):
+        raise WorkerFailure(TASK_ERROR, "get_inputs() returned no tensor")
+    return list(inputs)
+
+
+def seeded_inputs(task, seed: int, device: torch.device | None = None) -> list:
+    """get_inputs() under a seed; on ``device`` when given (fast fresh inputs for timing)."""
+    torch.manual_seed(seed)
+    if device is None or device.type == "cpu":
+        return check_inputs(call_task(task, "get_inputs"), "get_inputs")
+    with device:
+        inputs = check_inputs(call_task(task, "get_inputs"), "get_inputs")
+    return to_device(inputs, device)
+
+
+def timing_config(job: dict) -> TimingConfig:
+    return TimingConfig(**job["timing"])
+
+
+# ---------------------------------------------------------------- roles
+
+def role_reference(job: dict, out: Path) -> None:
+    device = worker_device(job["backend"])
+    torch.set_num_threads(job["timing"]["cpu_threads"])
+    task = load_module(Path(job["task_path"]), "model")
+    if not (isinstance(getattr(task, "Model", None), type) and issubclass(task.Model, torch.nn.Module)):
+        raise WorkerFailure(TASK_ERROR, "Model is not a torch.nn.Module subclass")
+    init_inputs = check_inputs(call_task(task, "get_init_inputs"), "get_init_inputs")
+    torch.manual_seed(job["init_seed"])
+    try:
+        model = task.Model(*init_inputs)
+    except Exception as exc:
+        raise WorkerFailure(TASK_ERROR, f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from None
+    save_tensors(out / "init.pt", {"init_inputs": init_inputs,
+                                   "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
+    model = model.to(device)
+    inputs_list, outputs = [], []
+    with torch.no_grad():
+        for seed in job["trial_seeds"]:
+            inputs = seeded_inputs(task, seed)
+            inputs_list.append(to_cpu_copy(inputs))
+            try:
+                outputs.append(to_cpu_copy(model(*to_device(inputs, device))))
+            except Exception as exc:
+                raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
+    save_tensors(out / "inputs.pt", inputs_list)
+    with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
+        torch.save(outputs, pipe)
+    cache_path = baseline_cache_path(job, device_name(device))
+    cached = load_baselines(cache_path)
+    write_json(out / "reference.json", {"device": device_name(device), "baselines_cached": cached is not None})
+    if cached is None:
+        if wait_command() != "go":
+            return
+        cached = time_baselines(task, model, job, device)
+        store_baselines(cache_path, cached)
+    write_json(out / "baselines.json", cached)
+
+
+def time_baselines(task, model, job: dict, device: torch.device) -> dict:
+    cfg = timing_config(job)
+    base_seed = job["timing_seed"]
+    make_inputs = lambda i: seeded_inputs(task, base_seed + i, device)  # noqa: E731
+    eager = measure(lambda inp: model(*inp), make_inputs, cfg, device)
+    result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None, "compile_error": None}
+    if job["compile_baseline"]:
+        try:
+            compiled = torch.compile(model)
+            result["compile"] = TimingStats.from_samples(
+                measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
+        except Exception as exc:  # inductor unavailable or the task does not compile
+            result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    return result
+
+
+def import_solution(solution_dir: Path):
+    sys.path[:0] = [str(solution_dir / "build"), str(solution_dir)]
+    try:
+        module = load_module(solution_dir / "model_new.py", "model_new")
+    except Exception as exc:
+        text = f"{type(exc).__name__}: {exc}"
+        if "Error building extension" in text:
+            raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(text)) from None
+        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "importing model_new.py failed: " + describe_exception(exc)) from None
+    model_cls = getattr(module, "ModelNew", None)
+    if not isinstance(model_cls, type) or not issubclass(model_cls, torch.nn.Module):
+        raise WorkerFailure(ErrorKind.INVALID_SOLUTION, "model_new.py defines no ModelNew(nn.Module) class")
+    return model_cls
+
+
+def cuda_arch(job: dict) -> str | None:
+    if job["cuda_arch"]:
+        return job["cuda_arch"]
+    if job["backend"] == "cuda" and torch.cuda.is_available():
+        major, minor = torch.cuda.get_device_capability(0)
+        return f"{major}.{minor}"
+    return None
+
+
+def set_arch_env(job: dict) -> str | None:
+    """Pin TORCH_CUDA_ARCH_LIST identically in the build and run workers: load_inline's flags
+    depend on it, and ninja rebuilds (a minute on CUDA) when the flags differ between the two."""
+    arch = cuda_arch(job)
+    if arch:
+        os.environ["TORCH_CUDA_ARCH_LIST"] = arch
+    return arch
+
+
+def role_build(job: dict, out: Path) -> None:
+    from .build import build_workspace, make_toolchain
+    from .errors import CompileError
+    from .solution import read_solution
+
+    solution_dir = Path(job["solution_dir"])
+    arch = set_arch_env(job)
+    report = {"compiled": [], "reused": [], "arch": arch}
+    if read_solution(solution_dir).has_kernels:
+        try:
+            tc = make_toolchain(job["backend"], arch, tuple(job["cxx_flags"]), tuple(job["nvcc_flags"]))
+            built = build_workspace(solution_dir, solution_dir / "build", tc, Path(job["cache_root"]),
+                                    job["build_jobs"], job["compile_timeout_s"])
+        except CompileError as exc:
+            raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(str(exc))) from None
+        report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds)
+    import_solution(solution_dir)
+    write_json(out / "build.json", report)
+
+
+def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
+    """Load the reference weights when the parameter structure matches (KernelBench's rule)."""
+    own = model.state_dict()
+    if set(own) != set(state_dict) or any(own[k].shape != state_dict[k].shape for k in own):
+        return False
+    model.load_state_dict(state_dict)
+    return True
+
+
+def role_run(job: dict, out: Path) -> None:
+    device = worker_device(job["backend"])
+    torch.set_num_threads(job["timing"]["cpu_threads"])
+    task = load_module(Path(job["task_path"]), "model")
+    solution_dir = Path(job["solution_dir"])
+    set_arch_env(job)
+    model_cls = import_solution(solution_dir)
+    init = torch.load(job["init_path"], weights_only=True)
+    inputs_list = torch.load(job["inputs_path"], weights_only=True)
+    try:
+        torch.manual_seed(job["init_seed"])
+        model = model_cls(*init["init_inputs"])
+        weights_loaded = load_matching_weights(model, init["state_dict"])
+        model = model.to(device)
+        outputs = []
+        with torch.no_grad():
+            for inputs in inputs_list:
+                outputs.append(to_cpu_copy(model(*to_device(inputs, device))))
+            if device.type == "cuda":
+                torch.cuda.synchronize()  # surface asynchronous kernel faults here
+    except WorkerFailure:
+        raise
+    except Exception as exc:
+        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, describe_exception(exc)) from None
+    save_tensors(out / "outputs.pt", outputs)
+    write_json(out / "outputs.json", {"weights_loaded": weights_loaded})
+    if wait_command() != "go":
+        return
+    make_inputs = lambda i: seeded_inputs(task, job["timing_seed"] + i, device)  # noqa: E731
+    try:
+        samples = measure(lambda inp: model(*inp), make_inputs, timing_config(job), device)
+    except Exception as exc:
+        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
+    write_json(out / "timing.json", {"runtime": TimingStats.from_samples(samples).__dict__})
+
+
+ROLES = {"reference": role_reference, "build": role_build, "run": role_run}
+
+
+def main(argv: list[str]) -> int:
+    role, job_path = argv[0], Path(argv[1])
+    job = json.loads(job_path.read_text())
+    out = Path(job["worker_dir"])
+    try:
+        ROLES[role](job, out)
+    except WorkerFailure as exc:
+        write_json(out / "error.json", {"kind": exc.kind, "detail": exc.detail})
+    except Exception:
+        kind = TASK_ERROR if role == "reference" else ErrorKind.RUNTIME_ERROR
+        write_json(out / "error.json", {"kind": kind, "detail": traceback.format_exc()[-TRACEBACK_CHARS:]})
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
