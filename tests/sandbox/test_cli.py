@@ -1,0 +1,91 @@
+"""The command line: unusable tasks and arguments exit 2 with one stderr line; results exit 0."""
+from __future__ import annotations
+
+import pytest
+
+VALID_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+def get_inputs():
+    return [torch.randn(64), torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+# name -> task file bytes (None: the task file does not exist)
+MALFORMED_TASKS = {
+    "syntax_error": VALID_TASK.replace("def get_inputs():", "def get_inputs(:").encode(),
+    "missing_get_init_inputs": VALID_TASK.split("def get_init_inputs")[0].encode(),
+    "non_utf8_bytes": VALID_TASK.encode().replace(b"import torch\n", b"import torch\n# caf\xe9\n", 1),
+    "get_inputs_returns_a_string": VALID_TASK.replace("return [torch.randn(64), torch.randn(64)]",
+                                                      'return "not a list"').encode(),
+    "model_not_an_nn_module": VALID_TASK.replace("class Model(nn.Module):", "class Model:").replace(
+        "        super().__init__()\n", "        pass\n").encode(),
+    "get_inputs_raises": VALID_TASK.replace("return [torch.randn(64), torch.randn(64)]",
+                                            'raise ValueError("no inputs today")').encode(),
+    "task_file_missing": None,
+}
+
+
+@pytest.fixture
+def valid_solution(relu_add_solution):
+    return relu_add_solution("return torch.relu(a + b)")
+
+
+def assert_usage_error(res) -> str:
+    """Exit 2, nothing on stdout, exactly one 'error: ...' line on stderr; returns that line."""
+    assert res.returncode == 2, (res.returncode, res.stdout[:500], res.stderr[-2000:])
+    assert res.stdout == ""
+    assert "Traceback" not in res.stderr, res.stderr[-2000:]
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].strip(), res.stderr[-2000:]
+    assert lines[0].startswith("error:"), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("name", list(MALFORMED_TASKS))
+def test_malformed_task_exits_2_with_one_line(run_cli, tmp_path, valid_solution, name):
+    task = tmp_path / "task.py"
+    if MALFORMED_TASKS[name] is not None:
+        task.write_bytes(MALFORMED_TASKS[name])
+    assert_usage_error(run_cli(task, valid_solution, "--trials", "1"))
+
+
+def test_cuda_backend_without_gpu_exits_2(run_cli, tmp_path, valid_solution):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible, so --backend cuda is usable here")
+    task = tmp_path / "task.py"
+    task.write_text(VALID_TASK)
+    line = assert_usage_error(run_cli(task, valid_solution, "--backend", "cuda"))
+    assert "cuda" in line.lower()
+
+
+def test_missing_solution_is_an_invalid_solution_result(run_cli, tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text(VALID_TASK)
+    missing = tmp_path / "no_such_solution"
+    res = run_cli(task, missing)
+    assert res.returncode == 0, res.stderr
+    assert (res.data["error"], res.data["reward"], res.data["correct"]) == ("invalid_solution", -1.0, False)
+    assert "not found" in res.data["error_detail"]
+
+
+def test_demo_prints_a_reward_line(run_sandbox, cli_env):
+    # The demo has no --cache-dir: CUDA_AGENT_CACHE (set to the session cache in cli_env) serves.
+    res = run_sandbox("demo", "--backend", "cpu", env=cli_env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    first = res.stdout.splitlines()[0] if res.stdout else ""
+    assert first.startswith("reward"), res.stdout

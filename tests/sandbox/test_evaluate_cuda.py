@@ -1,0 +1,135 @@
+"""CUDA end-to-end checks on a real GPU (marked gpu; skipped without CUDA)."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sandbox import SandboxConfig, evaluate
+from sandbox.reward import graduated_reward
+
+pytestmark = pytest.mark.gpu
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+RELU_ADD = EXAMPLES / "tasks" / "relu_add.py"
+LINEAR_RELU = EXAMPLES / "tasks" / "linear_relu.py"
+CUDA_SOLUTIONS = EXAMPLES / "solutions" / "cuda"
+
+
+@pytest.fixture(scope="module")
+def cfg(tmp_path_factory):
+    return SandboxConfig(backend="cuda", cache_dir=str(tmp_path_factory.mktemp("cuda-cache")))
+
+
+def edited_workspace(tmp_path: Path, old: str, new: str) -> Path:
+    """A copy of the relu_add workspace with one edit in its kernel file."""
+    ws = tmp_path / "ws"
+    shutil.copytree(CUDA_SOLUTIONS / "relu_add_workspace", ws)
+    kernel = ws / "kernels" / "relu_add.cu"
+    source = kernel.read_text()
+    assert old in source
+    kernel.write_text(source.replace(old, new))
+    return ws
+
+
+def assert_passes(m):
+    assert m.error is None, (m.error, m.error_detail)
+    assert m.correct and m.compiled and m.trials_passed == 5
+    assert m.runtime_us > 0 and m.eager_us > 0 and m.compile_us > 0
+    assert graduated_reward(m) >= 1
+
+
+def test_workspace_kernel_passes(cfg):
+    m = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_workspace", cfg)
+    assert_passes(m)
+    assert m.solution_form == "workspace"
+
+
+def test_single_file_load_inline_passes(cfg):
+    m = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_inline.py", cfg)
+    assert_passes(m)
+    assert m.solution_form == "single_file"
+
+
+def test_cublas_gemm_with_reference_weights_passes(cfg):
+    m = evaluate(LINEAR_RELU, CUDA_SOLUTIONS / "linear_relu_cublas", cfg)
+    assert_passes(m)
+    assert m.max_abs_diff < 1e-3
+
+
+def test_wrong_kernel_is_a_mismatch(cfg, tmp_path):
+    ws = edited_workspace(tmp_path, "fmaxf(x.x + y.x, 0.f)", "fmaxf(x.x - y.x, 0.f)")
+    m = evaluate(RELU_ADD, ws, cfg)
+    assert m.compiled and not m.correct and m.error == "mismatch"
+
+
+def test_cuda_compile_error_is_surfaced(cfg, tmp_path):
+    ws = edited_workspace(tmp_path, "float4 x = a[i], y = b[i];", "float4 x = a[i], y = b[i] + undefined_thing;")
+    m = evaluate(RELU_ADD, ws, cfg)
+    assert m.error == "compile_error"
+    assert "undefined_thing" in m.error_detail.splitlines()[0]
+
+
+def test_illegal_address_fails_and_does_not_leak_into_next_evaluation(cfg, tmp_path):
+    ws = edited_workspace(tmp_path, "out[i] = make_float4(", "out[i + (1ll << 40)] = make_float4(")
+    bad = evaluate(RELU_ADD, ws, cfg)
+    assert not bad.correct and bad.error in ("runtime_error", "crash")
+    assert graduated_reward(bad) == -1
+    good = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_workspace", cfg)
+    assert_passes(good)
+
+
+SIDE_STREAM_SOLUTION = r'''
+import torch
+import torch.nn as nn
+from torch.utils.cpp_extension import load_inline
+
+CUDA_SOURCE = r"""
+#include <torch/extension.h>
+#include <ATen/cuda/CUDAContext.h>
+
+__global__ void relu_add_kernel(const float* a, const float* b, float* out, int64_t n) {
+  int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+  if (i < n) out[i] = fmaxf(a[i] + b[i], 0.f);
+}
+
+__global__ void spin_kernel(long long cycles) {
+  long long start = clock64();
+  while (clock64() - start < cycles) {}
+}
+
+static cudaStream_t side_stream() {
+  static cudaStream_t s = nullptr;
+  if (!s) cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+  return s;
+}
+
+torch::Tensor relu_add_with_side_work(torch::Tensor a, torch::Tensor b) {
+  auto out = torch::empty_like(a);
+  const int64_t n = a.numel();
+  relu_add_kernel<<<(n + 255) / 256, 256, 0, at::cuda::getCurrentCUDAStream()>>>(
+      a.data_ptr<float>(), b.data_ptr<float>(), out.data_ptr<float>(), n);
+  spin_kernel<<<1, 1, 0, side_stream()>>>(20000000LL);  // ~10 ms at ~2 GHz, left running
+  return out;
+}
+"""
+
+ext = load_inline(name="side_stream_relu_add",
+                  cpp_sources="torch::Tensor relu_add_with_side_work(torch::Tensor a, torch::Tensor b);",
+                  cuda_sources=CUDA_SOURCE, functions=["relu_add_with_side_work"],
+                  extra_cuda_cflags=["-O3"])
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        return ext.relu_add_with_side_work(a.contiguous(), b.contiguous())
+'''
+
+
+def test_work_left_on_a_side_stream_is_timed(cfg, tmp_path):
+    path = tmp_path / "side_stream.py"
+    path.write_text(SIDE_STREAM_SOLUTION)
+    m = evaluate(RELU_ADD, path, cfg)
+    assert m.correct, (m.error, m.error_detail)
+    # The relu_add itself takes tens of microseconds; the spin left behind takes ~10 ms.
+    assert m.runtime_us > 5000
+    assert graduated_reward(m) == 1
