@@ -78,9 +78,16 @@ def worker_device(backend: str) -> torch.device:
 
 
 def device_name(device: torch.device) -> str:
+    """Names the hardware a timing belongs to (part of the baseline cache key)."""
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
-    return f"cpu:{platform.processor() or platform.machine()}"
+    model = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as info:
+            model = next((ln.split(":", 1)[1].strip() for ln in info if ln.startswith("model name")), model)
+    except OSError:
+        pass
+    return f"cpu:{model} x{os.cpu_count()}"
 
 
 def to_device(obj: Any, device: torch.device) -> Any:
