@@ -35,6 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--compile-timeout", type=float, default=None, help="seconds for the build")
     ev.add_argument("--run-timeout", type=float, default=None, help="seconds for verify + timing")
     ev.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
+    ev.add_argument("--no-guards", action="store_true",
+                    help="turn the anti-gaming guards off (debugging and ablations only)")
     ev.add_argument("--arch", default="", help='CUDA arch such as "9.0" (default: the device\'s)')
     ev.add_argument("--cache-dir", default="", help="cache root (default $CUDA_AGENT_CACHE or ~/.cache/cuda-agent)")
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
@@ -58,6 +60,7 @@ def config_from_args(args: argparse.Namespace):
         return SandboxConfig(backend=backend)
     cfg = SandboxConfig(backend=backend, tolerance=args.tolerance, num_correct_trials=args.trials,
                         compile_baseline=not args.no_compile_baseline, cuda_arch=args.arch,
+                        guards=not args.no_guards,
                         cache_dir=args.cache_dir)
     overrides = {k: v for k, v in (("compile_timeout_s", args.compile_timeout),
                                    ("run_timeout_s", args.run_timeout)) if v is not None}

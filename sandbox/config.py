@@ -66,6 +66,16 @@ class SandboxConfig:
     cache_dir: str = ""
     # Characters of worker logs kept in a measurement.
     log_chars: int = 4000
+    # Apply the anti-gaming guards (torch ops in forward, libraries, backend flags, background work).
+    guards: bool = True
+    # Libraries a solution may call besides its own kernels (name stems: cublas matches libcublas*).
+    allowed_libraries: tuple[str, ...] = ("cublas", "cublasLt", "cudnn")
+    # Extra correctness trials run after timing, on the verification buffers refilled in place.
+    post_timing_trials: int = 2
+    # Largest file a worker may write (outputs, objects), in MiB (RLIMIT_FSIZE).
+    file_size_limit_mb: int = 4096
+    # Address-space cap of cpu-backend workers in GiB (RLIMIT_AS; not applied on cuda); 0: none.
+    host_memory_limit_gb: float = 32.0
     # Timing method settings.
     timing: TimingConfig = field(default_factory=TimingConfig)
 
@@ -104,7 +114,7 @@ class SandboxConfig:
             if bad:
                 raise ValueError(f"unknown sandbox.timing keys: {sorted(bad)}")
             kwargs["timing"] = TimingConfig(**kwargs["timing"])
-        for key in ("nvcc_flags", "cxx_flags"):
+        for key in ("nvcc_flags", "cxx_flags", "allowed_libraries"):
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)

@@ -78,6 +78,8 @@ class Measurement:
     trials_passed: int = 0
     num_trials: int = 0
     max_abs_diff: Optional[float] = None
+    # Under a looser tolerance preset: would the outputs also pass KernelBench's? (None: not checked)
+    passes_kernelbench_tolerance: Optional[bool] = None
     # Context: where and how it was measured.
     backend: str = ""
     device: str = ""

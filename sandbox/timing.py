@@ -16,6 +16,22 @@ import torch
 
 from .config import TimingConfig
 
+# The clocks, bound when the harness is imported, i.e. before any solution code: a solution that
+# replaces time.perf_counter or torch.cuda.Event afterwards does not change these. Replacing
+# them here (or methods of the Event class) is caught by ``tampered_timing``.
+_perf_counter = time.perf_counter
+_Event = torch.cuda.Event
+_synchronize = torch.cuda.synchronize
+_TIMING_CALLABLES = {
+    "sandbox.timing._perf_counter": lambda: _perf_counter,
+    "sandbox.timing._Event": lambda: _Event,
+    "sandbox.timing._synchronize": lambda: _synchronize,
+    "torch.cuda.Event.record": lambda: _Event.record,
+    "torch.cuda.Event.elapsed_time": lambda: _Event.elapsed_time,
+    "time.perf_counter": lambda: time.perf_counter,
+    "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
+}
+
 # Bytes overwritten between timed runs; several times the L2 of current GPUs (H100/H200: 50-60 MB).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 # Upper bound on warm-up runs however short the kernel (warmup_ms would otherwise mean thousands).
@@ -36,9 +52,9 @@ def measure(run: Callable[[list], Any], make_inputs: Callable[[int], list], cfg:
 def _timed_runs(one_run: Callable[[list], float], make_inputs, cfg: TimingConfig) -> list[float]:
     """Warm up (by count and by time), then collect ``cfg.repeats`` samples of ``one_run``."""
     inputs = make_inputs(0)
-    warm_until = time.perf_counter() + cfg.warmup_ms / 1e3
+    warm_until = _perf_counter() + cfg.warmup_ms / 1e3
     i = 0
-    while i < cfg.warmup or (time.perf_counter() < warm_until and i < MAX_WARMUP_RUNS):
+    while i < cfg.warmup or (_perf_counter() < warm_until and i < MAX_WARMUP_RUNS):
         if cfg.fresh_inputs and i > 0:
             inputs = make_inputs(i)
         one_run(inputs)
@@ -56,16 +72,16 @@ def _measure_cpu(run, make_inputs, cfg: TimingConfig) -> list[float]:
     torch.set_num_threads(cfg.cpu_threads)
 
     def one_run(inputs) -> float:
-        start = time.perf_counter()
+        start = _perf_counter()
         run(inputs)
-        return (time.perf_counter() - start) * 1e6
+        return (_perf_counter() - start) * 1e6
 
     return _timed_runs(one_run, make_inputs, cfg)
 
 
 def _measure_cuda(run, make_inputs, cfg: TimingConfig, device: torch.device) -> list[float]:
     flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if cfg.flush_l2 else None
-    events = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
+    events = [_Event(enable_timing=True) for _ in range(3)]
     sync_gap = _sync_gap_threshold(events)
 
     def one_run(inputs) -> float:
@@ -80,13 +96,13 @@ def _measure_cuda(run, make_inputs, cfg: TimingConfig, device: torch.device) -> 
 
 def _timed_cuda_run(run, inputs, events) -> tuple[float, Any]:
     start, end_stream, end_device = events
-    torch.cuda.synchronize()
+    _synchronize()
     start.record()
     out = run(inputs)
     end_stream.record()
-    torch.cuda.synchronize()  # waits for every stream, not only the current one
+    _synchronize()  # waits for every stream, not only the current one
     end_device.record()
-    torch.cuda.synchronize()
+    _synchronize()
     return start.elapsed_time(end_stream) * 1e3, out
 
 
@@ -98,3 +114,14 @@ def _sync_gap_threshold(events) -> float:
         gaps.append(events[0].elapsed_time(events[2]) * 1e3 - on_stream)
     gaps.sort()
     return gaps[int(0.9 * (len(gaps) - 1))]
+
+
+def timing_fingerprint() -> dict[str, int]:
+    """Identity of every callable the timing depends on (taken before solution code runs)."""
+    return {name: id(get()) for name, get in _TIMING_CALLABLES.items()}
+
+
+def tampered_timing(before: dict[str, int]) -> list[str]:
+    """Names of timing callables replaced since ``before`` was taken."""
+    now = timing_fingerprint()
+    return [name for name, ident in before.items() if now.get(name) != ident]

@@ -15,7 +15,7 @@ judge's stdout.
 """
 from __future__ import annotations
 
-import hashlib
+import contextlib
 import importlib.util
 import json
 import os
@@ -33,7 +33,7 @@ from .config import TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
-from .timing import measure
+from .timing import measure, tampered_timing, timing_fingerprint
 
 TRACEBACK_CHARS = 3000
 
@@ -273,40 +273,97 @@ def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
     return True
 
 
+def refill(buffers: list, inputs: list, device: torch.device) -> list:
+    """Copy a new input set into the previous trial's tensors: same addresses, new content,
+    so a kernel that caches or skips work by input pointer or shape returns stale results."""
+    same_layout = len(buffers) == len(inputs) and all(
+        isinstance(b, torch.Tensor) and isinstance(x, torch.Tensor) and b.shape == x.shape and b.dtype == x.dtype
+        for b, x in zip(buffers, inputs) if isinstance(b, torch.Tensor) or isinstance(x, torch.Tensor))
+    if not same_layout:
+        return to_device(inputs, device)
+    for b, x in zip(buffers, inputs):
+        if isinstance(b, torch.Tensor):
+            b.copy_(x)
+    return [b if isinstance(b, torch.Tensor) else x for b, x in zip(buffers, inputs)]
+
+
+def make_guard(job: dict):
+    """Guards take their baselines now, before any solution code is imported."""
+    from .guards import ForwardGuard
+
+    if not job["guards"]:
+        return None
+    own = [job["solution_dir"], os.environ.get("TORCH_EXTENSIONS_DIR", ""), job["cache_root"]]
+    return ForwardGuard(job["allowed_libraries"], own)
+
+
+def run_trials(model, trials: list, buffers: list | None, device: torch.device, guard) -> tuple[list, list, list]:
+    """Run verified forwards; return outputs, the inputs as left afterwards, and the buffers."""
+    outputs, inputs_after = [], []
+    for inputs in trials:
+        buffers = to_device(inputs, device) if buffers is None else refill(buffers, inputs, device)
+        with guard.watch() if guard else contextlib.nullcontext():
+            out = model(*buffers)
+        outputs.append(to_cpu_copy(out))
+        inputs_after.append(to_cpu_copy(buffers))
+    if device.type == "cuda":
+        torch.cuda.synchronize()  # surface asynchronous kernel faults here
+    return outputs, inputs_after, buffers
+
+
 def role_run(job: dict, out: Path) -> None:
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
-    solution_dir = Path(job["solution_dir"])
-    set_arch_env(job)
-    model_cls = import_solution(solution_dir)
     init = torch.load(job["init_path"], weights_only=True)
     inputs_list = torch.load(job["inputs_path"], weights_only=True)
+    n_pre = job["num_correct_trials"]
+    guard = make_guard(job)
+    clocks = timing_fingerprint()
+    set_arch_env(job)
+    model_cls = import_solution(Path(job["solution_dir"]))
     try:
         torch.manual_seed(job["init_seed"])
         model = model_cls(*init["init_inputs"])
         weights_loaded = load_matching_weights(model, init["state_dict"])
         model = model.to(device)
-        outputs = []
         with torch.no_grad():
-            for inputs in inputs_list:
-                outputs.append(to_cpu_copy(model(*to_device(inputs, device))))
-            if device.type == "cuda":
-                torch.cuda.synchronize()  # surface asynchronous kernel faults here
+            outputs, inputs_after, buffers = run_trials(model, inputs_list[:n_pre], None, device, guard)
     except WorkerFailure:
         raise
     except Exception as exc:
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, describe_exception(exc)) from None
-    save_tensors(out / "outputs.pt", outputs)
-    write_json(out / "outputs.json", {"weights_loaded": weights_loaded})
+    violations = guard.violations() if guard else []
+    save_tensors(out / "outputs.pt", {"outputs": outputs, "inputs_after": inputs_after})
+    write_json(out / "outputs.json", {"weights_loaded": weights_loaded, "violations": violations})
     if wait_command() != "go":
         return
     make_inputs = lambda i: seeded_inputs(task, job["timing_seed"] + i, device)  # noqa: E731
     try:
         samples = measure(lambda inp: model(*inp), make_inputs, timing_config(job), device)
+        with torch.no_grad():
+            post, post_inputs, _ = run_trials(model, inputs_list[n_pre:], buffers, device, guard)
     except Exception as exc:
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
-    write_json(out / "timing.json", {"runtime": TimingStats.from_samples(samples).__dict__})
+    save_tensors(out / "post_outputs.pt", {"outputs": post, "inputs_after": post_inputs})
+    violations = guard.violations() if guard else []
+    violations += [f"harness_tampered: {name} was replaced" for name in tampered_timing(clocks)]
+    write_json(out / "timing.json", {"runtime": TimingStats.from_samples(samples).__dict__,
+                                     "violations": violations})
+
+
+def apply_limits(job: dict) -> None:
+    """Per-evaluation caps on what a worker may consume (hard limits: the solution cannot raise
+    them unless it runs as root)."""
+    import resource
+
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, job["file_size_limit_mb"] << 20)]
+    if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
+        caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
+    for which, value in caps:
+        soft, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
 
 
 ROLES = {"reference": role_reference, "build": role_build, "run": role_run}
@@ -317,6 +374,7 @@ def main(argv: list[str]) -> int:
     job = json.loads(job_path.read_text())
     out = Path(job["worker_dir"])
     try:
+        apply_limits(job)
         ROLES[role](job, out)
     except WorkerFailure as exc:
         write_json(out / "error.json", {"kind": exc.kind, "detail": exc.detail})

@@ -1,0 +1,151 @@
+"""Guards applied in the run worker around the solution's verified forward calls.
+
+Each guard turns a way of gaming the reward into a named violation (reward -1):
+- torch operators executing inside ``ModelNew.forward``, seen at the dispatcher level, so calls
+  from Python (functional, tensor methods, module forwards, ``torch.*``) and from C++ (``at::``
+  compute inside an extension) are caught alike, while a docstring that mentions them is not;
+- shared libraries the solution brought in beyond the allowed ones (cuBLAS, cuDNN by default);
+- global backend flags (TF32, cuDNN, matmul precision) changed by the solution;
+- work still running on the CPU after ``forward`` returned (threads left computing).
+
+What the guards let through: allocation, view/shape metadata and data movement (copies,
+``.contiguous()``), i.e. what a kernel wrapper needs. See docs/sandbox.md for the threat model.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import sysconfig
+import time
+from collections import Counter
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+# aten operators a kernel wrapper may run: allocation and initialisation of outputs ...
+ALLOCATION_OPS = {
+    "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "zeros", "zeros_like",
+    "new_zeros", "ones", "ones_like", "new_ones", "full", "full_like", "new_full", "zero_", "fill_",
+}
+# ... views and metadata (no arithmetic) ...
+VIEW_OPS = {
+    "view", "_unsafe_view", "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute",
+    "expand", "expand_as", "squeeze", "unsqueeze", "select", "slice", "narrow", "unflatten", "flatten",
+    "split", "split_with_sizes", "chunk", "unbind", "alias", "detach", "view_as", "movedim",
+    "diagonal", "view_as_real", "view_as_complex", "sym_size", "sym_stride", "sym_numel",
+    "sym_storage_offset", "is_contiguous", "is_same_size", "lift_fresh", "record_stream",
+}
+# ... and data movement (contiguous copies, device/dtype moves, reading a scalar).
+MOVEMENT_OPS = {"clone", "copy_", "_to_copy", "contiguous", "_local_scalar_dense"}
+ALLOWED_OPS = frozenset(ALLOCATION_OPS | VIEW_OPS | MOVEMENT_OPS)
+
+# Libraries that are infrastructure, not someone else's kernels (runtime, compiler support, libc).
+INFRASTRUCTURE_LIBRARIES = (
+    "libcudart*", "libcuda.so*", "libgomp*", "libomp*", "libiomp*", "libstdc++*", "libgcc_s*",
+    "libc.so*", "libm.so*", "libdl*", "libpthread*", "librt*", "ld-linux*", "libnvToolsExt*",
+    "libutil*",
+)
+# CPU seconds per wall second, after forward returned, above which work is still running.
+BACKGROUND_CPU_FRACTION = 0.5
+BACKGROUND_WINDOW_S = 0.05
+
+
+class TorchOpRecorder(TorchDispatchMode):
+    """Records every aten operator dispatched while active, from Python or C++."""
+
+    def __init__(self):
+        super().__init__()
+        self.forbidden: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in ALLOWED_OPS:
+            self.forbidden[str(func)] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def loaded_libraries() -> set[str]:
+    """Paths of the shared objects mapped into this process."""
+    paths = set()
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) == 6 and ".so" in parts[5]:
+                    paths.add(parts[5].strip())
+    except OSError:  # no /proc: the library check is skipped
+        pass
+    return paths
+
+
+def backend_flags() -> dict[str, object]:
+    """Global switches that trade accuracy or determinism for speed."""
+    return {
+        "torch.backends.cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction,
+        "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction":
+            torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction,
+        "torch.backends.cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+        "torch.backends.cudnn.enabled": torch.backends.cudnn.enabled,
+        "torch.backends.cudnn.benchmark": torch.backends.cudnn.benchmark,
+        "torch.backends.cudnn.deterministic": torch.backends.cudnn.deterministic,
+        "torch.float32_matmul_precision": torch.get_float32_matmul_precision(),
+    }
+
+
+class ForwardGuard:
+    """Baselines taken before the solution is imported; checks applied around its forwards."""
+
+    def __init__(self, allowed_libraries: Iterable[str], own_dirs: Iterable[str]):
+        self.allowed_patterns = list(INFRASTRUCTURE_LIBRARIES) + [
+            f"lib{name}*" if not name.startswith("lib") else f"{name}*" for name in allowed_libraries]
+        self.own_dirs = [str(Path(d).resolve()) for d in own_dirs if d]
+        self.stdlib_dirs = {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib")}
+        self.libraries_before = loaded_libraries()
+        self.flags_before = backend_flags()
+        self.ops: Counter[str] = Counter()
+
+    @contextmanager
+    def watch(self) -> Iterator[None]:
+        recorder = TorchOpRecorder()
+        with recorder:
+            yield
+        self.ops.update(recorder.forbidden)
+
+    def violations(self) -> list[str]:
+        found = [f"torch_op: {op} ran inside forward ({n}x); kernels must do the work"
+                 for op, n in sorted(self.ops.items())]
+        found += self._library_violations()
+        found += self._flag_violations()
+        found += self._background_work()
+        return found
+
+    def _library_violations(self) -> list[str]:
+        found = []
+        for path in sorted(loaded_libraries() - self.libraries_before):
+            if self._is_own_or_stdlib(str(Path(path).resolve())):
+                continue
+            name = os.path.basename(path)
+            if not any(fnmatch.fnmatch(name, pattern) for pattern in self.allowed_patterns):
+                found.append(f"library: {name} was loaded by the solution and is not allowed")
+        return found
+
+    def _is_own_or_stdlib(self, path: str) -> bool:
+        return any(path.startswith(d + os.sep) for d in [*self.own_dirs, *self.stdlib_dirs])
+
+    def _flag_violations(self) -> list[str]:
+        after = backend_flags()
+        return [f"backend_flag: {name} changed from {self.flags_before[name]!r} to {value!r}"
+                for name, value in after.items() if value != self.flags_before[name]]
+
+    @staticmethod
+    def _background_work() -> list[str]:
+        start_cpu, start_wall = time.process_time(), time.perf_counter()
+        time.sleep(BACKGROUND_WINDOW_S)
+        busy = (time.process_time() - start_cpu) / (time.perf_counter() - start_wall)
+        if busy > BACKGROUND_CPU_FRACTION:
+            return [f"background_work: {busy:.0%} of a CPU still busy after forward returned"]
+        return []
