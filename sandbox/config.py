@@ -66,6 +66,8 @@ class SandboxConfig:
     cache_dir: str = ""
     # Characters of worker logs kept in a measurement.
     log_chars: int = 4000
+    # Run workers in their own PID and network namespaces when root (unshare); else as is.
+    isolate: bool = True
     # Apply the anti-gaming guards (torch ops in forward, libraries, backend flags, background work).
     guards: bool = True
     # Libraries a solution may call besides its own kernels (name stems: cublas matches libcublas*).

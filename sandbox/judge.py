@@ -10,6 +10,7 @@ timeout; a worker that dies, hangs or exits early fails the evaluation with a ty
 """
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -38,7 +39,8 @@ POLL_S = 0.02
 class WorkerProcess:
     """One ``python -m sandbox.worker`` process and the directory it reports into."""
 
-    def __init__(self, role: str, job: dict, eval_dir: Path, env: dict[str, str], pass_fds: tuple[int, ...] = ()):
+    def __init__(self, role: str, job: dict, eval_dir: Path, env: dict[str, str], pass_fds: tuple[int, ...] = (),
+                 isolate: bool = False):
         self.role = role
         self.dir = eval_dir / role
         self.dir.mkdir()
@@ -48,7 +50,7 @@ class WorkerProcess:
         self.log_path = eval_dir / f"{role}.log"
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "sandbox.worker", role, str(job_path)],
+                worker_command(role, job_path, isolate),
                 stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
                 cwd=str(self.dir), start_new_session=True, pass_fds=pass_fds)
 
@@ -155,12 +157,42 @@ class StageFailure(Exception):
 
 
 def describe_exit(code: int) -> str:
-    if code < 0:
+    # Inside namespaces a shell reports a worker killed by signal N as exit status 128 + N.
+    signum = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
+    if signum is not None:
         try:
-            return f"was killed by {signal.Signals(-code).name}"
+            name = signal.Signals(signum).name
         except ValueError:
-            return f"was killed by signal {-code}"
+            name = f"signal {signum}"
+        return f"was killed by {name}" + (f" (exit status {code})" if code > 0 else "")
     return f"exited with code {code}"
+
+
+ISOLATION_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--net", "--")
+
+
+@functools.lru_cache(maxsize=None)
+def namespaces_available() -> str:
+    """Empty when workers can run in their own PID and network namespaces, else why not."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return "not root: workers run without namespaces"
+    if shutil.which("unshare") is None:
+        return "unshare (util-linux) not found"
+    try:
+        probe = subprocess.run([*ISOLATION_PREFIX, "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unshare failed: {exc}"
+    return "" if probe.returncode == 0 else f"unshare failed: {probe.stderr.decode(errors='replace').strip()[:200]}"
+
+
+def worker_command(role: str, job_path: Path, isolate: bool) -> list[str]:
+    """The worker's command line; isolated workers get their own PID namespace (they cannot see
+    or reach the judge's processes, and everything they start dies with them) and an empty
+    network namespace. A shell stays PID 1 there, so that signals behave as usual for Python."""
+    command = [sys.executable, "-m", "sandbox.worker", role, str(job_path)]
+    if not isolate:
+        return command
+    return [*ISOLATION_PREFIX, "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
 
 
 def check_backend(cfg: SandboxConfig) -> None:
@@ -220,6 +252,9 @@ class _Evaluation:
         self.cfg, self.m, self.eval_dir = cfg, m, eval_dir
         self.solution_key = solution_key
         self.reference = ReferenceOutputs()
+        why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
+        self.isolate = not why_not
+        m.isolation = "pid+net namespaces" if self.isolate else f"none: {why_not}"
         self.workers: list[WorkerProcess] = []
         ref_dir = eval_dir / "reference"
         self.job = {
@@ -240,7 +275,8 @@ class _Evaluation:
 
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = ()) -> WorkerProcess:
         job = dict(self.job, **(extra_job or {}))
-        worker = WorkerProcess(role, job, self.eval_dir, worker_env(self.cfg, role, self.solution_key), pass_fds)
+        worker = WorkerProcess(role, job, self.eval_dir, worker_env(self.cfg, role, self.solution_key), pass_fds,
+                               isolate=self.isolate)
         self.workers.append(worker)
         return worker
 

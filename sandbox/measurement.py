@@ -86,6 +86,8 @@ class Measurement:
     solution_form: str = ""
     tolerance: str = ""
     baseline_cached: bool = False
+    # How solution code was isolated from the judge ("pid+net namespaces" or "none: why").
+    isolation: str = ""
     # Wall-clock seconds per stage (build, reference, run).
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # Tails of the build and run logs.

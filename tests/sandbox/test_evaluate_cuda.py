@@ -133,3 +133,31 @@ def test_work_left_on_a_side_stream_is_timed(cfg, tmp_path):
     # The relu_add itself takes tens of microseconds; the spin left behind takes ~10 ms.
     assert m.runtime_us > 5000
     assert graduated_reward(m) == 1
+
+
+# ------------------------------------------------------------------ guards on the GPU
+
+def test_torch_ops_on_the_gpu_are_a_violation(cfg, tmp_path):
+    path = tmp_path / "torch_relu.py"
+    path.write_text("import torch\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                    "    def forward(self, a, b):\n        return torch.relu(a + b)\n")
+    m = evaluate(RELU_ADD, path, cfg)
+    assert m.error == "violation" and graduated_reward(m) == -1
+    assert any(v.startswith("torch_op: aten.relu") for v in m.violations)
+
+
+def test_unwritten_output_on_the_caching_allocator_is_a_mismatch(cfg, tmp_path):
+    # The output comes from torch.empty_like; memory the caching allocator hands back held the
+    # previous trial's output, never a reference answer (that lives in another process).
+    ws = edited_workspace(tmp_path, "    out[i] = make_float4(", "    if (n4 < 0) out[i] = make_float4(")
+    m = evaluate(RELU_ADD, ws, cfg)
+    assert m.error == "mismatch" and graduated_reward(m) == -1
+
+
+def test_kernel_skipping_repeated_input_pointers_is_a_mismatch(cfg, tmp_path):
+    ws = edited_workspace(
+        tmp_path, "  const int64_t n4 = n / 4;",
+        "  static const float* last_a = nullptr;\n  if (a == last_a) return;\n  last_a = a;\n"
+        "  const int64_t n4 = n / 4;")
+    m = evaluate(RELU_ADD, ws, cfg)
+    assert m.error == "mismatch" and graduated_reward(m) == -1

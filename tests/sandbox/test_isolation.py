@@ -1,0 +1,100 @@
+"""Solution workers run in their own PID and network namespaces (when root): they cannot
+reach the network and nothing they start outlives the evaluation."""
+import socket
+import threading
+import uuid
+from pathlib import Path
+
+import pytest
+
+from sandbox import SandboxConfig, TimingConfig, evaluate
+from sandbox.judge import namespaces_available
+
+pytestmark = pytest.mark.skipif(bool(namespaces_available()), reason="needs root and unshare (namespaces)")
+
+TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a):
+        return a
+
+
+def get_inputs():
+    return [torch.randn(64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture
+def cfg(sandbox_cache):
+    return SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
+                         timing=TimingConfig(warmup=1, warmup_ms=0, repeats=2))
+
+
+def judge(tmp_path: Path, cfg: SandboxConfig, preamble: str):
+    task = tmp_path / "identity_task.py"
+    task.write_text(TASK)
+    solution = tmp_path / "model_new.py"
+    solution.write_text(preamble + "\n\nimport torch.nn as nn\n\n\nclass ModelNew(nn.Module):\n"
+                        "    def forward(self, a):\n        return a\n")
+    return evaluate(task, solution, cfg)
+
+
+def test_solution_code_cannot_reach_a_local_server(tmp_path, cfg):
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    accepted = []
+    server.settimeout(0.2)
+
+    def accept_loop(stop):
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                continue
+            accepted.append(conn.recv(100))
+            conn.close()
+
+    stop = threading.Event()
+    thread = threading.Thread(target=accept_loop, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        m = judge(tmp_path, cfg, f'''
+import socket
+try:
+    with socket.create_connection(("127.0.0.1", {port}), timeout=2) as s:
+        s.sendall(b"exfiltrated")
+except OSError:
+    pass
+''')
+    finally:
+        stop.set()
+        thread.join()
+        server.close()
+    assert m.isolation == "pid+net namespaces"
+    assert m.correct, (m.error, m.error_detail)  # the solution ran; only its connection failed
+    assert accepted == []
+
+
+def test_processes_started_by_the_solution_die_with_the_evaluation(tmp_path, cfg):
+    marker = f"cuda-agent-orphan-{uuid.uuid4().hex}"
+    m = judge(tmp_path, cfg, f'''
+import subprocess, sys
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", "{marker}"], start_new_session=True)
+''')
+    assert m.correct, (m.error, m.error_detail)
+    survivors = [p for p in Path("/proc").glob("[0-9]*/cmdline")
+                 if marker.encode() in _read(p)]
+    assert survivors == []
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError:
+        return b""
