@@ -149,3 +149,45 @@ class ForwardGuard:
         if busy > BACKGROUND_CPU_FRACTION:
             return [f"background_work: {busy:.0%} of a CPU still busy after forward returned"]
         return []
+
+
+# --------------------------------------------------------------------------- timing inputs
+# The run worker draws fresh timing inputs from the task's get_inputs(), in the same process as
+# the solution, so the solution could shrink them (patch get_inputs, the task's size constants
+# or torch's random functions) and look fast. These checks make that a violation.
+
+RANDOM_FACTORIES = ("randn", "rand", "randint", "randn_like", "rand_like", "randint_like",
+                    "randperm", "normal", "empty", "zeros", "ones", "full", "tensor")
+SIMPLE_TYPES = (int, float, bool, str, tuple, type(None))
+
+
+def task_fingerprint(task) -> dict[str, object]:
+    """What get_inputs() depends on: its code, the task's simple module-level values, and the
+    torch factories it calls."""
+    fp: dict[str, object] = {f"torch.{name}": id(getattr(torch, name)) for name in RANDOM_FACTORIES}
+    fp.update({f"torch.Tensor.{name}": id(getattr(torch.Tensor, name)) for name in ("normal_", "uniform_", "random_")})
+    get_inputs = getattr(task, "get_inputs", None)
+    fp["task.get_inputs"] = id(get_inputs)
+    fp["task.get_inputs.__code__"] = id(getattr(get_inputs, "__code__", None))
+    for name, value in vars(task).items():
+        if not name.startswith("__") and isinstance(value, SIMPLE_TYPES):
+            fp[f"task.{name}"] = repr(value)
+    return fp
+
+
+def task_tampering(before: dict[str, object], task) -> list[str]:
+    now = task_fingerprint(task)
+    return [f"task_tampered: {name} changed after the solution was imported"
+            for name, value in before.items() if now.get(name) != value]
+
+
+def input_layout(inputs: list) -> list[tuple]:
+    return [(tuple(x.shape), x.dtype) if isinstance(x, torch.Tensor) else (type(x).__name__, x) for x in inputs]
+
+
+def check_timing_inputs(inputs: list, expected_layout: list[tuple]) -> str:
+    """Empty if a timing input set has the trial inputs' shapes and dtypes, else the difference."""
+    layout = input_layout(inputs)
+    if layout != expected_layout:
+        return f"timing inputs {layout} differ from the task's {expected_layout}"
+    return ""

@@ -326,6 +326,8 @@ class _Evaluation:
             kind = exc.kind
             if compile_stage and kind == ErrorKind.TIMEOUT:
                 kind = ErrorKind.COMPILE_TIMEOUT
+            if kind == ErrorKind.VIOLATION:
+                self.m.violations.append(exc.detail)
             self.m.fail(kind, exc.detail)
             return None
         finally:

@@ -33,6 +33,7 @@ from .config import TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
+from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
 from .timing import measure, tampered_timing, timing_fingerprint
 
 TRACEBACK_CHARS = 3000
@@ -141,9 +142,13 @@ def check_inputs(inputs: Any, fn_name: str) -> list:
     return list(inputs)
 
 
+# Bound before any solution code runs: replacing torch.manual_seed later cannot freeze the inputs.
+_manual_seed = torch.manual_seed
+
+
 def seeded_inputs(task, seed: int, device: torch.device | None = None) -> list:
     """get_inputs() under a seed; on ``device`` when given (fast fresh inputs for timing)."""
-    torch.manual_seed(seed)
+    _manual_seed(seed)
     if device is None or device.type == "cpu":
         return check_inputs(call_task(task, "get_inputs"), "get_inputs")
     with device:
@@ -320,6 +325,8 @@ def role_run(job: dict, out: Path) -> None:
     n_pre = job["num_correct_trials"]
     guard = make_guard(job)
     clocks = timing_fingerprint()
+    task_before = task_fingerprint(task)
+    expected_layout = input_layout(inputs_list[0])
     set_arch_env(job)
     model_cls = import_solution(Path(job["solution_dir"]))
     try:
@@ -338,16 +345,25 @@ def role_run(job: dict, out: Path) -> None:
     write_json(out / "outputs.json", {"weights_loaded": weights_loaded, "violations": violations})
     if wait_command() != "go":
         return
-    make_inputs = lambda i: seeded_inputs(task, job["timing_seed"] + i, device)  # noqa: E731
+    def make_inputs(i: int) -> list:
+        inputs = seeded_inputs(task, job["timing_seed"] + i, device)
+        problem = check_timing_inputs(inputs, expected_layout)
+        if problem:
+            raise WorkerFailure(ErrorKind.VIOLATION, f"task_tampered: {problem}")
+        return inputs
+
     try:
         samples = measure(lambda inp: model(*inp), make_inputs, timing_config(job), device)
         with torch.no_grad():
             post, post_inputs, _ = run_trials(model, inputs_list[n_pre:], buffers, device, guard)
+    except WorkerFailure:
+        raise
     except Exception as exc:
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
     save_tensors(out / "post_outputs.pt", {"outputs": post, "inputs_after": post_inputs})
     violations = guard.violations() if guard else []
     violations += [f"harness_tampered: {name} was replaced" for name in tampered_timing(clocks)]
+    violations += task_tampering(task_before, task)
     write_json(out / "timing.json", {"runtime": TimingStats.from_samples(samples).__dict__,
                                      "violations": violations})
 
