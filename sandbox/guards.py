@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import subprocess
 import sysconfig
 import time
 from collections import Counter
@@ -39,7 +40,7 @@ VIEW_OPS = {
     "sym_storage_offset", "is_contiguous", "is_same_size", "lift_fresh", "record_stream",
 }
 # ... and data movement (contiguous copies, device/dtype moves, reading a scalar).
-MOVEMENT_OPS = {"clone", "copy_", "_to_copy", "contiguous", "_local_scalar_dense"}
+MOVEMENT_OPS = {"clone", "copy_", "_to_copy", "to", "contiguous", "_local_scalar_dense", "item"}
 ALLOWED_OPS = frozenset(ALLOCATION_OPS | VIEW_OPS | MOVEMENT_OPS)
 
 # Libraries that are infrastructure, not someone else's kernels (runtime, compiler support, libc).
@@ -48,6 +49,8 @@ INFRASTRUCTURE_LIBRARIES = (
     "libc.so*", "libm.so*", "libdl*", "libpthread*", "librt*", "ld-linux*", "libnvToolsExt*",
     "libutil*",
 )
+# Bound at import (before solution code): replacing time.process_time later cannot hide work.
+_process_time, _perf_counter, _sleep = time.process_time, time.perf_counter, time.sleep
 # CPU seconds per wall second, after forward returned, above which work is still running.
 BACKGROUND_CPU_FRACTION = 0.5
 BACKGROUND_WINDOW_S = 0.05
@@ -64,6 +67,36 @@ class TorchOpRecorder(TorchDispatchMode):
         if func.overloadpacket.__name__ not in ALLOWED_OPS:
             self.forbidden[str(func)] += 1
         return func(*args, **(kwargs or {}))
+
+
+# Namespaces whose functions are ATen kernels called directly, bypassing the dispatcher.
+DIRECT_KERNEL_NAMESPACES = ("at::cpu::", "at::cuda::blas::", "at::native::", "at::compositeexplicitautograd::",
+                            "at::compositeimplicitautograd::", "at::compositeexplicitautogradnonfunctional::")
+MAX_SYMBOLS_REPORTED = 5
+
+
+def _op_allowed(struct_name: str) -> bool:
+    """``at::_ops::<op>_<overload>`` struct names: allowed when the op part is an allowed op."""
+    return any(struct_name == op or struct_name.startswith(op + "_") for op in ALLOWED_OPS)
+
+
+def forbidden_aten_symbols(library: str) -> list[str]:
+    """Undefined (imported) ATen compute symbols of a shared object, demangled, via ``nm``."""
+    try:
+        listing = subprocess.run(["nm", "-D", "-C", "--undefined-only", library], capture_output=True,
+                                 text=True, timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []  # no binutils: the dispatcher-level recorders remain
+    found = []
+    for line in listing.splitlines():
+        symbol = line.split(None, 1)[-1].strip()
+        if symbol.startswith(DIRECT_KERNEL_NAMESPACES):
+            found.append(symbol)
+        elif symbol.startswith("at::_ops::"):
+            struct = symbol[len("at::_ops::"):].split("::", 1)[0]
+            if not _op_allowed(struct):
+                found.append(symbol)
+    return sorted(set(found))[:MAX_SYMBOLS_REPORTED]
 
 
 def loaded_libraries() -> set[str]:
@@ -107,20 +140,43 @@ class ForwardGuard:
         self.libraries_before = loaded_libraries()
         self.flags_before = backend_flags()
         self.ops: Counter[str] = Counter()
+        self.profiled_ops: Counter[str] = Counter()
+        self.own_modules: list[str] = []
 
     @contextmanager
     def watch(self) -> Iterator[None]:
+        """Two independent recorders: the dispatch mode sees ops from Python and C++; the
+        profiler's RecordFunction hooks still see them when forward switches dispatch modes off."""
         recorder = TorchOpRecorder()
-        with recorder:
-            yield
+        with torch.autograd.profiler.profile() as profiled:
+            with recorder:
+                yield
         self.ops.update(recorder.forbidden)
+        for event in profiled.function_events:
+            op = event.name[len("aten::"):] if event.name.startswith("aten::") else None
+            if op is not None and op not in ALLOWED_OPS:
+                self.profiled_ops[f"aten.{op}"] += 1
 
     def violations(self) -> list[str]:
         found = [f"torch_op: {op} ran inside forward ({n}x); kernels must do the work"
-                 for op, n in sorted(self.ops.items())]
+                 for op, n in sorted(self.ops.items()) if n]
+        seen = {op.rsplit(".", 1)[0] for op, n in self.ops.items() if n}  # "aten.add.Tensor" -> "aten.add"
+        found += [f"torch_op: {op} ran inside forward ({n}x, with dispatch modes switched off)"
+                  for op, n in sorted(self.profiled_ops.items()) if op not in seen]
+        found += self._linked_aten()
         found += self._library_violations()
         found += self._flag_violations()
         found += self._background_work()
+        return found
+
+    def _linked_aten(self) -> list[str]:
+        """ATen compute the solution's own modules link to. Calls such as ``at::cpu::add`` run
+        ATen kernels without the dispatcher, so neither recorder sees them; the symbol table does."""
+        found = []
+        for path in sorted(loaded_libraries() - self.libraries_before):
+            if any(str(Path(path).resolve()).startswith(d + os.sep) for d in self.own_dirs):
+                found += [f"linked_aten: {os.path.basename(path)} calls {symbol}"
+                          for symbol in forbidden_aten_symbols(path)]
         return found
 
     def _library_violations(self) -> list[str]:
@@ -143,9 +199,9 @@ class ForwardGuard:
 
     @staticmethod
     def _background_work() -> list[str]:
-        start_cpu, start_wall = time.process_time(), time.perf_counter()
-        time.sleep(BACKGROUND_WINDOW_S)
-        busy = (time.process_time() - start_cpu) / (time.perf_counter() - start_wall)
+        start_cpu, start_wall = _process_time(), _perf_counter()
+        _sleep(BACKGROUND_WINDOW_S)
+        busy = (_process_time() - start_cpu) / (_perf_counter() - start_wall)
         if busy > BACKGROUND_CPU_FRACTION:
             return [f"background_work: {busy:.0%} of a CPU still busy after forward returned"]
         return []
