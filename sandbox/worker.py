@@ -298,6 +298,12 @@ def make_guard(job: dict):
 
     if not job["guards"]:
         return None
+    if job["backend"] == "cuda":
+        # Let torch load what it loads lazily on first CUDA use (NVML, cuBLAS handles stay
+        # out: no GEMM runs here) before the library baseline is taken.
+        torch.empty(1, device="cuda").add_(1)
+        torch.cuda.synchronize()
+        torch.cuda.get_device_name(0)
     own = [job["solution_dir"], os.environ.get("TORCH_EXTENSIONS_DIR", ""), job["cache_root"]]
     return ForwardGuard(job["allowed_libraries"], own)
 
