@@ -134,6 +134,7 @@ class ReferenceOutputs:
     def __init__(self):
         self.read_fd, self.write_fd = os.pipe()
         self._data = bytearray()
+        self._outputs = None
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
 
@@ -146,8 +147,11 @@ class ReferenceOutputs:
         os.close(self.write_fd)
 
     def load(self, timeout_s: float = 60.0):
-        self._reader.join(timeout_s)
-        return torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
+        """The reference outputs, decoded once (trials before and after timing share them)."""
+        if self._outputs is None:
+            self._reader.join(timeout_s)
+            self._outputs = torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
+        return self._outputs
 
 
 class StageFailure(Exception):
@@ -252,6 +256,7 @@ class _Evaluation:
         self.cfg, self.m, self.eval_dir = cfg, m, eval_dir
         self.solution_key = solution_key
         self.reference = ReferenceOutputs()
+        self._inputs: list | None = None
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
         m.isolation = "pid+net namespaces" if self.isolate else f"none: {why_not}"
@@ -393,7 +398,7 @@ class _Evaluation:
         if data is None:
             return False
         reference = self.reference.load()[first:first + count]
-        given = torch.load(self.job["inputs_path"], weights_only=True)[first:first + count]
+        given = self._given_inputs()[first:first + count]
         outputs, inputs_after = data["outputs"], data.get("inputs_after", [])
         when = " after timing" if after_timing else ""
         if len(outputs) != count or len(inputs_after) != count:
@@ -416,6 +421,12 @@ class _Evaluation:
             self.m.trials_passed += 1
         self.m.correct = True
         return True
+
+    def _given_inputs(self) -> list:
+        """The trial inputs as the reference worker wrote them, read once."""
+        if self._inputs is None:
+            self._inputs = torch.load(self.job["inputs_path"], weights_only=True)
+        return self._inputs
 
     def _note_strict_tolerance(self, ref_out, sol_out) -> None:
         """Under a looser preset, record whether the kernel would also pass KernelBench's
