@@ -2,10 +2,21 @@
 
     python -m sandbox evaluate --task TASK.py --solution PATH [--backend cpu|cuda]
                                [--reward graduated|binary|continuous] [--json]
+    python -m sandbox evaluate-batch --manifest IN.jsonl --out OUT.jsonl [--workers N]
+                               [--backend cpu|cuda] [--pool local|ray]
+    python -m sandbox demo
 
 With --json, stdout carries exactly one JSON object, whatever the solution prints. Exit status
 is 0 whenever an evaluation result was produced (reward -1 included) and 2 for unusable
 arguments or tasks, with a one-line reason on stderr.
+
+evaluate-batch reads one request per line, ``{"id": ..., "task": PATH, "solution": PATH}``
+(relative paths are relative to the manifest), judges them through the sandbox pool and
+appends one line per result to OUT: the same id plus the fields of ``evaluate --json`` (or
+``task_error``). Ids already in OUT are skipped, so an interrupted batch resumes where it
+stopped. Launch lines: CPU ``--backend cpu``; 1 GPU: the default; N GPUs of one host: the
+default too (one lane per visible GPU; narrow with CUDA_VISIBLE_DEVICES); several hosts:
+``--pool ray`` against a running Ray cluster (RAY_ADDRESS).
 """
 from __future__ import annotations
 
@@ -25,6 +36,23 @@ def build_parser() -> argparse.ArgumentParser:
     ev = sub.add_parser("evaluate", help="judge one solution against one task")
     ev.add_argument("--task", required=True, help="KernelBench-format task file")
     ev.add_argument("--solution", required=True, help="model_new .py file or workspace directory")
+    add_judging_options(ev)
+    ev.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
+    batch = sub.add_parser("evaluate-batch", help="judge many (task, solution) pairs through the pool")
+    batch.add_argument("--manifest", required=True, help='JSONL: {"id", "task", "solution"} per line')
+    batch.add_argument("--out", required=True, help="JSONL of results (appended; ids already there are skipped)")
+    batch.add_argument("--workers", type=int, default=None, help="evaluations in flight (default: automatic)")
+    batch.add_argument("--build-workers", type=int, default=None, help="builds at once (default: half the cores)")
+    batch.add_argument("--pool", choices=["local", "ray"], default="local", help="pool engine (default local)")
+    add_judging_options(batch)
+    demo = sub.add_parser("demo", help="judge the bundled example kernel (relu_add, workspace form)")
+    demo.add_argument("--backend", choices=["cpu", "cuda"], default=None,
+                      help="default: cuda when a GPU is visible, else cpu")
+    return parser
+
+
+def add_judging_options(ev: argparse.ArgumentParser) -> None:
+    """Options shared by evaluate and evaluate-batch: how solutions are judged and rewarded."""
     ev.add_argument("--backend", choices=["cpu", "cuda"], default=None,
                     help="default: cuda when a GPU is visible, else cpu")
     ev.add_argument("--reward", choices=["graduated", "binary", "continuous"], default="graduated")
@@ -39,11 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
                     help="turn the anti-gaming guards off (debugging and ablations only)")
     ev.add_argument("--arch", default="", help='CUDA arch such as "9.0" (default: the device\'s)')
     ev.add_argument("--cache-dir", default="", help="cache root (default $CUDA_AGENT_CACHE or ~/.cache/cuda-agent)")
-    ev.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
-    demo = sub.add_parser("demo", help="judge the bundled example kernel (relu_add, workspace form)")
-    demo.add_argument("--backend", choices=["cpu", "cuda"], default=None,
-                      help="default: cuda when a GPU is visible, else cpu")
-    return parser
 
 
 def demo_paths(backend: str) -> tuple[Path, Path]:
@@ -64,6 +87,8 @@ def config_from_args(args: argparse.Namespace):
                         cache_dir=args.cache_dir)
     overrides = {k: v for k, v in (("compile_timeout_s", args.compile_timeout),
                                    ("run_timeout_s", args.run_timeout)) if v is not None}
+    if args.command == "evaluate-batch":
+        overrides.update(pool_backend=args.pool, build_workers=args.build_workers or 0)
     timing = {k: v for k, v in (("warmup", args.warmup), ("repeats", args.repeats)) if v is not None}
     if timing:
         overrides["timing"] = replace(cfg.timing, **timing)
@@ -89,11 +114,29 @@ def render_text(result: dict) -> str:
     return "\n".join(lines)
 
 
+def result_record(measurement, reward_name: str) -> dict:
+    """What evaluate --json prints and evaluate-batch writes per line."""
+    from .reward import reward_fn
+
+    result = measurement.to_dict()
+    result["reward"] = reward_fn(reward_name)(measurement)
+    result["reward_name"] = reward_name
+    return result
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .errors import TaskError
     from .judge import evaluate
-    from .reward import reward_fn
+
+    if args.command == "evaluate-batch":
+        from .batch import run_batch
+
+        try:
+            return run_batch(args, config_from_args(args))
+        except (TaskError, ValueError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return USAGE_ERROR
 
     if args.command == "demo":
         args.reward, args.json = "graduated", False
@@ -107,9 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     except (TaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
-    result = measurement.to_dict()
-    result["reward"] = reward_fn(args.reward)(measurement)
-    result["reward_name"] = args.reward
+    result = result_record(measurement, args.reward)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")
     else:

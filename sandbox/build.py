@@ -164,9 +164,49 @@ def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: P
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for fut in [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s) for s, o in todo]:
             fut.result()
-    module = _link(tc, [o for _, o in plan], out_dir, timeout_s)
+    linked = _module_cache_path(tc, [o for _, o in plan], cache_root)
+    if linked.exists():
+        module = _install_module(linked, out_dir)
+    else:
+        module = _link(tc, [o for _, o in plan], out_dir, timeout_s)
+        _store_atomically(module, linked)
     reused = [s.name for s, o in plan if (s, o) not in todo]
     return BuildReport(module, [s.name for s, _ in todo], reused, time.perf_counter() - start)
+
+
+def cached_module(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: Path) -> Path | None:
+    """Install the linked module of exactly these sources from the cache, if it is there: a
+    repeated solution then needs no build worker at all. None on a miss (or a bad workspace)."""
+    try:
+        headers = _headers_blob([workspace / "kernels", TEMPLATE_DIR])
+        sources = workspace_sources(workspace, tc.backend)
+        objects_dir = cache_root / "build" / "objects"
+        objects = [objects_dir / f"{_object_key(tc, src, headers)}.o" for src in sources]
+    except (CompileError, OSError):
+        return None
+    linked = _module_cache_path(tc, objects, cache_root)
+    return _install_module(linked, out_dir) if linked.exists() else None
+
+
+def _module_cache_path(tc: Toolchain, objects: list[Path], cache_root: Path) -> Path:
+    """Linked modules are cached by the toolchain and the (content-keyed) objects they hold."""
+    key = hashlib.sha256(json.dumps([tc.identity, tc.link_flags, [o.name for o in objects]]).encode()).hexdigest()
+    return cache_root / "build" / "modules" / f"{key}.so"
+
+
+def _install_module(linked: Path, out_dir: Path) -> Path:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    module = out_dir / f"{MODULE_NAME}.so"
+    shutil.copyfile(linked, module)
+    return module
+
+
+def _store_atomically(module: Path, linked: Path) -> None:
+    linked.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(suffix=".so", dir=linked.parent)
+    os.close(fd)
+    shutil.copyfile(module, tmp)
+    os.replace(tmp, linked)
 
 
 def _compile_one(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str], timeout_s: float) -> None:

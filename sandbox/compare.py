@@ -48,6 +48,8 @@ def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str],
     if not (ref.is_floating_point() or ref.is_complex()):
         equal = torch.equal(out, ref)
         return Comparison(equal, "" if equal else f"{where}: integer/bool values differ")
+    if torch.equal(out, ref):  # bit-identical (the common case for untouched inputs): nothing to measure
+        return Comparison(True, "", 0.0)
     if ref.is_complex():  # compare real and imaginary parts as a trailing dimension of 2
         ref, out = torch.view_as_real(ref), torch.view_as_real(out)
     tol = tolerance_for(str(ref.dtype).replace("torch.", ""))
@@ -57,9 +59,12 @@ def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str],
     if not torch.equal(ref_bad, out_bad) or not torch.equal(ref64[ref_bad].nan_to_num(), out64[out_bad].nan_to_num()):
         return Comparison(False, f"{where}: NaN/Inf pattern differs from the reference "
                                  f"({int(out_bad.sum())} non-finite vs {int(ref_bad.sum())})")
-    diff = (out64 - ref64).abs()[~ref_bad]
+    finite = ~ref_bad
+    all_finite = bool(finite.all())
+    # Boolean indexing copies; skip it in the usual all-finite case (4M-element outputs: 3x faster).
+    diff = (out64 - ref64).abs() if all_finite else (out64 - ref64).abs()[finite]
     max_abs = float(diff.max()) if diff.numel() else 0.0
-    bound = tol + tol * ref64.abs()[~ref_bad]
+    bound = tol + tol * (ref64.abs() if all_finite else ref64.abs()[finite])
     bad = int((diff > bound).sum())
     if bad:
         return Comparison(False, f"{where}: {bad}/{ref.numel()} values outside atol=rtol={tol:g} "

@@ -78,8 +78,22 @@ class SandboxConfig:
     file_size_limit_mb: int = 4096
     # Address-space cap of cpu-backend workers in GiB (RLIMIT_AS; not applied on cuda); 0: none.
     host_memory_limit_gb: float = 32.0
+    # GPU memory the solution's caching allocator may hold, GiB (torch's per-process fraction); 0: none.
+    device_memory_limit_gb: float = 40.0
     # Timing method settings.
     timing: TimingConfig = field(default_factory=TimingConfig)
+    # Pool: evaluations in flight at once (0: build workers + 2 per device + 2).
+    pool_workers: int = 0
+    # Pool: builds at once, each on CPU only (0: half the CPU cores).
+    build_workers: int = 0
+    # Pool: devices to time on, as CUDA_VISIBLE_DEVICES entries (empty: every visible GPU).
+    devices: tuple[str, ...] = ()
+    # Pool engine: "local" (worker processes on this machine) or "ray" (Ray actors, any nodes).
+    pool_backend: str = "local"
+    # Ray: cluster address ("" starts or joins a local instance).
+    ray_address: str = ""
+    # Ray: number of evaluator actors (0: one per GPU of the cluster; cpu backend: one per 2 CPUs).
+    ray_actors: int = 0
 
     def __post_init__(self) -> None:
         if self.backend not in ("cuda", "cpu"):
@@ -88,6 +102,8 @@ class SandboxConfig:
             raise ValueError(f"tolerance must be one of {sorted(TOLERANCE_PRESETS)}, got {self.tolerance!r}")
         if self.num_correct_trials < 1:
             raise ValueError("num_correct_trials must be >= 1")
+        if self.pool_backend not in ("local", "ray"):
+            raise ValueError(f"pool_backend must be 'local' or 'ray', got {self.pool_backend!r}")
         if self.timing.repeats < 1:
             raise ValueError("timing.repeats must be >= 1")
 
@@ -116,7 +132,7 @@ class SandboxConfig:
             if bad:
                 raise ValueError(f"unknown sandbox.timing keys: {sorted(bad)}")
             kwargs["timing"] = TimingConfig(**kwargs["timing"])
-        for key in ("nvcc_flags", "cxx_flags", "allowed_libraries"):
+        for key in ("nvcc_flags", "cxx_flags", "allowed_libraries", "devices"):
             if key in kwargs:
                 kwargs[key] = tuple(kwargs[key])
         return cls(**kwargs)

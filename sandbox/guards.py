@@ -66,6 +66,12 @@ class TorchOpRecorder(TorchDispatchMode):
         super().__init__()
         self.forbidden: Counter[str] = Counter()
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo, whose first call
+        # imports torch._dynamo: one second of every evaluation, for a compiler never used here.
+        return False
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket.__name__ not in ALLOWED_OPS:
             self.forbidden[str(func)] += 1
@@ -151,7 +157,9 @@ class ForwardGuard:
         """Two independent recorders: the dispatch mode sees ops from Python and C++; the
         profiler's RecordFunction hooks still see them when forward switches dispatch modes off."""
         recorder = TorchOpRecorder()
-        with torch.autograd.profiler.profile() as profiled:
+        # The legacy (CPU-only) profiler: Kineto's first start costs ~1 s on CPU and several on
+        # a GPU (CUPTI), per evaluation; RecordFunction events are all this needs.
+        with torch.autograd.profiler.profile(use_kineto=False) as profiled:
             with recorder:
                 yield
         self.ops.update(recorder.forbidden)

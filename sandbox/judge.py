@@ -10,10 +10,12 @@ timeout; a worker that dies, hangs or exits early fails the evaluation with a ty
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import io
 import json
 import os
+import queue
 import secrets
 import shutil
 import signal
@@ -34,49 +36,102 @@ from .solution import materialise, read_solution
 from .task import load_task_source
 
 POLL_S = 0.02
+# Seconds to keep reading reports after a worker exits (children may still hold the pipe).
+EXIT_GRACE_S = 1.0
 
 
 class WorkerProcess:
-    """One ``python -m sandbox.worker`` process and the directory it reports into."""
+    """One ``python -m sandbox.worker`` process: its directory (bulk outputs, log), its report
+    pipe, and the nonce that every genuine report must carry."""
 
     def __init__(self, role: str, job: dict, eval_dir: Path, env: dict[str, str], pass_fds: tuple[int, ...] = (),
-                 isolate: bool = False):
-        self.role = role
+                 isolate: bool = False, cancel: threading.Event | None = None):
+        self.role, self.cancel = role, cancel or threading.Event()
         self.dir = eval_dir / role
-        self.dir.mkdir()
-        job = dict(job, worker_dir=str(self.dir))
+        (self.dir / "tmp").mkdir(parents=True)
+        read_fd, write_fd = os.pipe()
+        job = dict(job, worker_dir=str(self.dir), report_fd=write_fd)
         job_path = eval_dir / f"{role}.job.json"
         job_path.write_text(json.dumps(job))
         self.log_path = eval_dir / f"{role}.log"
-        with open(self.log_path, "wb") as log:
-            self.proc = subprocess.Popen(
-                worker_command(role, job_path, isolate),
-                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=str(self.dir), start_new_session=True, pass_fds=pass_fds)
+        env = dict(env, TMPDIR=str(self.dir / "tmp"))
+        try:
+            with open(self.log_path, "wb") as log:
+                self.proc = subprocess.Popen(
+                    worker_command(role, job_path, isolate),
+                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
+                    cwd=str(self.dir), start_new_session=True, pass_fds=(*pass_fds, write_fd))
+        finally:
+            os.close(write_fd)
+        self.reports: queue.Queue = queue.Queue()
+        self._reader = threading.Thread(target=self._read_reports, args=(read_fd,), daemon=True)
+        self._reader.start()
+        self.nonce = secrets.token_hex(16)
+        self._write(f"nonce {self.nonce}")
+
+    def _read_reports(self, read_fd: int) -> None:
+        with os.fdopen(read_fd, "rb") as pipe:
+            for line in pipe:
+                self.reports.put(line)
+        self.reports.put(None)  # every writer (the worker and its children) is gone
 
     def wait_for(self, name: str, timeout_s: float) -> dict:
-        """Wait for ``<name>.json``; raise StageFailure on error report, exit or timeout."""
-        deadline = time.monotonic() + timeout_s
-        target, error = self.dir / f"{name}.json", self.dir / "error.json"
+        """The payload of report ``name``; raise StageFailure on an error report, a forged
+        report, an exit before reporting, or the timeout."""
+        deadline, exited_at = time.monotonic() + timeout_s, None
         while True:
-            if error.exists():
-                report = json.loads(error.read_text())
-                raise StageFailure(report["kind"], report["detail"])
-            if target.exists():
-                return json.loads(target.read_text())
+            # Read before looking: a reader that had finished before an empty get() left nothing behind.
+            reader_done = not self._reader.is_alive()
+            try:
+                line = self.reports.get(timeout=POLL_S)
+            except queue.Empty:
+                line = None
+            if line:
+                return self._accept(line, name)
+            now = time.monotonic()
             if self.proc.poll() is not None:
-                if error.exists() or target.exists():
-                    continue
-                raise StageFailure(ErrorKind.CRASH, f"{self.role} process {describe_exit(self.proc.returncode)} "
-                                                    f"before reporting {name}")
-            if time.monotonic() > deadline:
+                exited_at = exited_at or now
+                # A child that inherited the pipe may keep it open: do not wait for it long.
+                if reader_done or now - exited_at > EXIT_GRACE_S:
+                    raise StageFailure(ErrorKind.CRASH, f"{self.role} process {describe_exit(self.proc.returncode)} "
+                                                        f"before reporting {name}")
+            if now > deadline:
                 self.kill()
                 raise StageFailure(ErrorKind.TIMEOUT, f"{self.role} stage exceeded {timeout_s:g} s")
-            time.sleep(POLL_S)
+            if self.cancel.is_set():
+                self.kill()
+                raise Cancelled(f"evaluation cancelled while waiting for {self.role}: {name}")
+
+    def _accept(self, line: bytes, name: str) -> dict:
+        try:
+            report = json.loads(line)
+            genuine = isinstance(report, dict) and report.get("nonce") == self.nonce
+        except ValueError:
+            genuine = False
+        if not genuine:
+            raise StageFailure(ErrorKind.VIOLATION, f"harness_tampered: a forged report reached the judge from the "
+                                                    f"{self.role} worker (wrong or missing nonce)")
+        if report.get("phase") == "error":
+            raise StageFailure(report["payload"]["kind"], report["payload"]["detail"])
+        if report.get("phase") != name:
+            raise StageFailure(ErrorKind.SANDBOX_ERROR, f"{self.role} worker reported {report.get('phase')!r}, "
+                                                        f"expected {name!r}")
+        return report["payload"]
+
+    def start(self, device: str) -> None:
+        """Release a held worker onto ``device`` (a CUDA_VISIBLE_DEVICES entry)."""
+        self._write(f"start {device or '-'}")
 
     def send(self, command: str) -> None:
+        """Send a command; "go" carries a fresh nonce, which later reports must repeat."""
+        if command == "go":
+            self.nonce = secrets.token_hex(16)
+            command = f"go {self.nonce}"
+        self._write(command)
+
+    def _write(self, line: str) -> None:
         try:
-            self.proc.stdin.write(f"{command}\n".encode())
+            self.proc.stdin.write(f"{line}\n".encode())
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the worker is gone; wait_for reports how it ended
@@ -99,14 +154,6 @@ class WorkerProcess:
                     except (ProcessLookupError, PermissionError):
                         pass
         self.proc.wait()
-
-    def close(self) -> None:
-        self.send("stop")
-        try:
-            self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        self.kill()
 
 
 def descendants(root: int) -> list[int]:
@@ -144,7 +191,9 @@ class ReferenceOutputs:
                 self._data += chunk
 
     def close_write_end(self) -> None:
-        os.close(self.write_fd)
+        if self.write_fd is not None:
+            os.close(self.write_fd)
+            self.write_fd = None
 
     def load(self, timeout_s: float = 60.0):
         """The reference outputs, decoded once (trials before and after timing share them)."""
@@ -152,6 +201,31 @@ class ReferenceOutputs:
             self._reader.join(timeout_s)
             self._outputs = torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
         return self._outputs
+
+
+class Cancelled(Exception):
+    """The caller cancelled the evaluation; its workers are gone and no result is recorded."""
+
+
+class SoloLanes:
+    """Placement for an evaluation that has the machine to itself: no slots to wait for, the
+    configured device, workers started at once."""
+
+    pooled = False
+
+    def __init__(self, cfg: SandboxConfig):
+        self.device_name = str(cfg.device_index)
+
+    @contextlib.contextmanager
+    def build_slot(self, cancel: threading.Event):
+        yield
+
+    @contextlib.contextmanager
+    def device(self, cancel: threading.Event):
+        yield self.device_name
+
+    def install_cached_build(self, solution_dir: Path, cfg: SandboxConfig) -> bool:
+        return False
 
 
 class StageFailure(Exception):
@@ -172,7 +246,11 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-ISOLATION_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--net", "--")
+ISOLATION_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--net", "--ipc", "--")
+# What isolated workers get (Measurement.isolation); solution roles are also confined (confine.py).
+ISOLATED = "pid+net+ipc+mount namespaces; solution code: read-only filesystem, no capabilities"
+# Roles that run solution code.
+SOLUTION_ROLES = ("build", "run")
 
 
 @functools.lru_cache(maxsize=None)
@@ -222,15 +300,18 @@ def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, st
         # eager relu_add p25/p75 3.9/19.1 ms without, 2.9/3.2 ms with).
         env["MALLOC_MMAP_THRESHOLD_"] = str(32 * 1024 * 1024)
         env["MALLOC_TRIM_THRESHOLD_"] = str(16 * 1024 ** 3)
-    if role in ("build", "run"):
+    if role in SOLUTION_ROLES:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
         # One load_inline directory per solution source: identical solutions reuse one build,
         # different ones never contend for the same extension name.
         env["TORCH_EXTENSIONS_DIR"] = str(cfg.cache_root / "torch_extensions" / cfg.backend / solution_key)
     return env
 
 
-def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfig) -> Measurement:
-    """Judge one solution. Raises TaskError for an unusable task; everything else is a Measurement."""
+def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfig, lanes=None,
+             cancel: threading.Event | None = None) -> Measurement:
+    """Judge one solution. Raises TaskError for an unusable task; everything else is a Measurement.
+    ``lanes`` (sandbox.pool) places the stages when many evaluations share the machine."""
     task_source = load_task_source(task_path)
     check_backend(cfg)
     m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance,
@@ -243,7 +324,7 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
     eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-eval-"))
     try:
         materialise(solution, task_source, eval_dir / "solution")
-        _Evaluation(cfg, m, eval_dir, solution.key).run()
+        _Evaluation(cfg, m, eval_dir, solution.key, lanes or SoloLanes(cfg), cancel).run()
     finally:
         shutil.rmtree(eval_dir, ignore_errors=True)
     return m
@@ -252,14 +333,16 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
 class _Evaluation:
     """The stages of one evaluation; each stage fills part of the measurement."""
 
-    def __init__(self, cfg: SandboxConfig, m: Measurement, eval_dir: Path, solution_key: str):
+    def __init__(self, cfg: SandboxConfig, m: Measurement, eval_dir: Path, solution_key: str, lanes: "SoloLanes",
+                 cancel: threading.Event | None = None):
         self.cfg, self.m, self.eval_dir = cfg, m, eval_dir
-        self.solution_key = solution_key
+        self.solution_key, self.lanes = solution_key, lanes
+        self.cancel = cancel or threading.Event()
         self.reference = ReferenceOutputs()
         self._inputs: list | None = None
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
-        m.isolation = "pid+net namespaces" if self.isolate else f"none: {why_not}"
+        m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
         self.workers: list[WorkerProcess] = []
         ref_dir = eval_dir / "reference"
         self.job = {
@@ -270,7 +353,7 @@ class _Evaluation:
             "trial_seeds": [secrets.randbits(31) for _ in range(cfg.num_correct_trials + cfg.post_timing_trials)],
             "num_correct_trials": cfg.num_correct_trials, "guards": cfg.guards,
             "allowed_libraries": list(cfg.allowed_libraries), "file_size_limit_mb": cfg.file_size_limit_mb,
-            "host_memory_limit_gb": cfg.host_memory_limit_gb,
+            "host_memory_limit_gb": cfg.host_memory_limit_gb, "device_memory_limit_gb": cfg.device_memory_limit_gb,
             "timing_seed": secrets.randbits(31), "timing": cfg.to_dict()["timing"],
             "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
@@ -278,10 +361,18 @@ class _Evaluation:
             "init_path": str(ref_dir / "init.pt"), "inputs_path": str(ref_dir / "inputs.pt"),
         }
 
-    def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = ()) -> WorkerProcess:
-        job = dict(self.job, **(extra_job or {}))
-        worker = WorkerProcess(role, job, self.eval_dir, worker_env(self.cfg, role, self.solution_key), pass_fds,
-                               isolate=self.isolate)
+    def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
+              hold: bool = False) -> WorkerProcess:
+        """Start a worker; a held one imports torch, then waits for "start <device>"."""
+        job = dict(self.job, **(extra_job or {}), hold=hold)
+        env = worker_env(self.cfg, role, self.solution_key)
+        if self.lanes.pooled and self.cfg.backend == "cuda":
+            # Pooled: builds never touch a GPU; held workers learn theirs when their lane is free.
+            env["CUDA_VISIBLE_DEVICES"] = ""
+        if self.isolate and role in SOLUTION_ROLES:
+            # Solution code may write its own worker directory and its extension build; nothing else.
+            job.update(confine=True, writable=[str(self.eval_dir / role), env["TORCH_EXTENSIONS_DIR"]])
+        worker = WorkerProcess(role, job, self.eval_dir, env, pass_fds, isolate=self.isolate, cancel=self.cancel)
         self.workers.append(worker)
         return worker
 
@@ -289,27 +380,59 @@ class _Evaluation:
         try:
             self._stages()
         finally:
-            for w in self.workers:
-                w.close()
+            self._close_workers()
+            self.reference.close_write_end()  # pooled and not built: no reference worker ever took it
+
+    def _close_workers(self) -> None:
+        """Kill every worker (their reports are in; an orderly exit of a torch process costs
+        up to a second of lane time) and keep their logs."""
+        for w in self.workers:
+            if w.role not in self.m.logs:
+                w.kill()
                 self.m.logs[w.role] = w.log_tail(self.cfg.log_chars)
 
     def _stages(self) -> None:
-        ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,))
-        self.reference.close_write_end()
-        build = self.spawn("build")
-        built = self._stage("build", lambda: build.wait_for("build", self.cfg.compile_timeout_s), compile_stage=True)
-        # The reference ran meanwhile; waiting for it even after a failed build means a broken
-        # task is always reported as a task error, never blamed on the solution.
-        ref_info = self._reference_stage(ref, "reference")
-        self.m.device = ref_info["device"]
-        if not built:
+        """Alone, the reference runs while the solution builds (a broken task is then always
+        reported as a task error). Pooled, builds take a CPU slot, and the GPU work (reference,
+        verification, timing) of one evaluation at a time holds a device lane: workers started
+        beforehand wait, torch imported, until the lane is theirs."""
+        pooled = self.lanes.pooled
+        ref = None if pooled else self._spawn_reference(hold=False)
+        with self.lanes.build_slot(self.cancel):
+            built = self._build_stage()
+        if pooled and not built:
             return
-        self.m.compiled = True
-        if not ref_info["baselines_cached"]:
-            ref.send("go")
-        baselines = self._reference_stage(ref, "baselines")
-        self._record_baselines(baselines, ref_info["baselines_cached"])
-        self._run_stage()
+        run = self.spawn("run", hold=True) if pooled and built else None
+        ref = ref or self._spawn_reference(hold=True)
+        with self.lanes.device(self.cancel) as device:
+            if pooled:
+                ref.start(device)
+            ref_info = self._reference_stage(ref, "reference")
+            self.m.device = ref_info["device"]
+            if built:
+                self.m.compiled = True
+                if not ref_info["baselines_cached"]:
+                    ref.send("go")
+                baselines = self._reference_stage(ref, "baselines")
+                self._record_baselines(baselines, ref_info["baselines_cached"])
+                if run is not None:
+                    run.start(device)  # after the reference wrote the inputs it will read
+                self._run_stage(run or self.spawn("run"))
+            self._close_workers()  # nothing of this evaluation runs on the device after its lane
+
+    def _spawn_reference(self, hold: bool) -> WorkerProcess:
+        ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,),
+                         hold=hold)
+        self.reference.close_write_end()
+        return ref
+
+    def _build_stage(self) -> bool:
+        if self.lanes.pooled and self.lanes.install_cached_build(self.eval_dir / "solution", self.cfg):
+            self.m.stage_seconds["build"] = 0.0
+            return True
+        build = self.spawn("build")
+        return bool(self._stage("build", lambda: build.wait_for("build", self.cfg.compile_timeout_s),
+                                compile_stage=True))
 
     def _reference_stage(self, ref: WorkerProcess, name: str) -> dict:
         start = time.monotonic()
@@ -346,9 +469,8 @@ class _Evaluation:
             self.m.compile_stats = TimingStats(**baselines["compile"])
             self.m.compile_us = self.m.compile_stats.median_us
 
-    def _run_stage(self) -> None:
+    def _run_stage(self, run: WorkerProcess) -> None:
         deadline = time.monotonic() + self.cfg.run_timeout_s
-        run = self.spawn("run")
         report = self._stage("verify", lambda: run.wait_for("outputs", self.cfg.run_timeout_s))
         if not report:
             return

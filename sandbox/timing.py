@@ -10,6 +10,7 @@ CPU: wall clock around ``forward`` with a fixed thread count.
 from __future__ import annotations
 
 import time
+import types
 from typing import Any, Callable
 
 import torch
@@ -18,7 +19,7 @@ from .config import TimingConfig
 
 # The clocks, bound when the harness is imported, i.e. before any solution code: a solution that
 # replaces time.perf_counter or torch.cuda.Event afterwards does not change these. Replacing
-# them here (or methods of the Event class) is caught by ``tampered_timing``.
+# them here (or methods of the Event class) is caught by ``tampered_harness``.
 _perf_counter = time.perf_counter
 _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
@@ -116,12 +117,34 @@ def _sync_gap_threshold(events) -> float:
     return gaps[int(0.9 * (len(gaps) - 1))]
 
 
-def timing_fingerprint() -> dict[str, int]:
-    """Identity of every callable the timing depends on (taken before solution code runs)."""
-    return {name: id(get()) for name, get in _TIMING_CALLABLES.items()}
+def harness_fingerprint(modules: list) -> dict[str, int]:
+    """Identity of every callable the timing and the in-process verdict depend on: the clocks,
+    and each function and class a module's namespace holds (its own or imported: a replaced
+    import changes what the module calls), each method of its own classes, and their code
+    objects. Taken before solution code runs."""
+    prints = {name: id(get()) for name, get in _TIMING_CALLABLES.items()}
+    for module in modules:
+        for name, obj in vars(module).items():
+            if not callable(obj) or isinstance(obj, types.ModuleType):
+                continue
+            members = []
+            if isinstance(obj, type) and obj.__module__ == module.__name__:
+                members = [(f"{name}.{k}", v) for k, v in vars(obj).items() if _is_behaviour(v)]
+            for qualname, item in [(name, obj), *members]:
+                prints[f"{module.__name__}.{qualname}"] = id(item)
+                code = getattr(getattr(item, "__func__", item), "__code__", None)
+                if code is not None:
+                    prints[f"{module.__name__}.{qualname}.__code__"] = id(code)
+    return prints
 
 
-def tampered_timing(before: dict[str, int]) -> list[str]:
-    """Names of timing callables replaced since ``before`` was taken."""
-    now = timing_fingerprint()
+def _is_behaviour(member) -> bool:
+    """Methods in any wrapping (classmethods are not callable themselves)."""
+    return callable(member) or isinstance(member, (classmethod, staticmethod, property))
+
+
+def tampered_harness(before: dict[str, int], modules: list, _fingerprint=harness_fingerprint) -> list[str]:
+    """Names of callables replaced since ``before`` was taken (the fingerprint function is bound
+    as a default argument: replacing the module's copy does not change this check)."""
+    now = _fingerprint(modules)
     return [name for name, ident in before.items() if now.get(name) != ident]

@@ -8,9 +8,11 @@ Roles:
 - ``run``: runs ModelNew on the trial inputs, hands the outputs over, then times it on command.
   Runs solution code.
 
-Each worker reports through JSON files in its own directory (``<phase>.json`` or
-``error.json``) and takes commands ("go"/"stop") on stdin, so that the judge decides when
-timing may use the device. Anything the solution prints goes to the worker's log, not to the
+Each worker reports to the judge over a pipe (one JSON line per phase, or an error), and takes
+commands ("go <nonce>"/"stop") on stdin, so that the judge decides when timing may use the
+device. Every report carries the nonce of the latest command: a line that solution code writes
+into the pipe without it is a forgery the judge rejects. Bulk tensors (outputs) go to files in
+the worker's own directory. Anything the solution prints goes to the worker's log, not to the
 judge's stdout.
 """
 from __future__ import annotations
@@ -33,8 +35,9 @@ from .config import TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
+from .confine import ConfinementError, confine
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
-from .timing import measure, tampered_timing, timing_fingerprint
+from .timing import harness_fingerprint, measure, tampered_harness
 
 TRACEBACK_CHARS = 3000
 
@@ -45,21 +48,39 @@ class WorkerFailure(Exception):
         self.kind, self.detail = kind, detail
 
 
-def write_json(path: Path, payload: dict[str, Any]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(payload))
-    os.replace(tmp, path)
+class Channel:
+    """Reports to the judge (a pipe the judge passed in) and commands from it (stdin). The first
+    stdin line is the initial nonce; each "go" command brings a new one."""
+
+    def __init__(self, report_fd: int):
+        self.report_fd = report_fd
+        self.nonce = self._read_line().removeprefix("nonce ").strip()
+
+    @staticmethod
+    def _read_line() -> str:
+        return sys.stdin.readline()
+
+    def report(self, phase: str, payload: dict[str, Any]) -> None:
+        line = json.dumps({"phase": phase, "nonce": self.nonce, "payload": payload}) + "\n"
+        os.write(self.report_fd, line.encode())
+
+    def wait_start(self) -> str | None:
+        """For a held worker: the device it may use ("-": none), or None when told to stop."""
+        words = self._read_line().split()
+        return words[1] if words[:1] == ["start"] and len(words) == 2 else None
+
+    def wait_command(self) -> str:
+        words = self._read_line().split()
+        if words[:1] == ["go"] and len(words) == 2:
+            self.nonce = words[1]
+            return "go"
+        return "stop"
 
 
 def save_tensors(path: Path, obj: Any) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(obj, tmp)
     os.replace(tmp, path)
-
-
-def wait_command() -> str:
-    line = sys.stdin.readline()
-    return line.strip() or "stop"
 
 
 def load_module(path: Path, name: str):
@@ -162,7 +183,7 @@ def timing_config(job: dict) -> TimingConfig:
 
 # ---------------------------------------------------------------- roles
 
-def role_reference(job: dict, out: Path) -> None:
+def role_reference(job: dict, out: Path, channel: Channel) -> None:
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
@@ -191,13 +212,13 @@ def role_reference(job: dict, out: Path) -> None:
         torch.save(outputs, pipe)
     cache_path = baseline_cache_path(job, device_name(device))
     cached = load_baselines(cache_path)
-    write_json(out / "reference.json", {"device": device_name(device), "baselines_cached": cached is not None})
+    channel.report("reference", {"device": device_name(device), "baselines_cached": cached is not None})
     if cached is None:
-        if wait_command() != "go":
+        if channel.wait_command() != "go":
             return
         cached = time_baselines(task, model, job, device)
         store_baselines(cache_path, cached)
-    write_json(out / "baselines.json", cached)
+    channel.report("baselines", cached)
 
 
 def time_baselines(task, model, job: dict, device: torch.device) -> dict:
@@ -249,7 +270,7 @@ def set_arch_env(job: dict) -> str | None:
     return arch
 
 
-def role_build(job: dict, out: Path) -> None:
+def role_build(job: dict, out: Path, channel: Channel) -> None:
     from .build import build_workspace, make_toolchain
     from .errors import CompileError
     from .solution import read_solution
@@ -265,8 +286,10 @@ def role_build(job: dict, out: Path) -> None:
         except CompileError as exc:
             raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(str(exc))) from None
         report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds)
+    # Only compilers ran so far (the object cache needed writing); solution code starts here.
+    confine_if_asked(job)
     import_solution(solution_dir)
-    write_json(out / "build.json", report)
+    channel.report("build", report)
 
 
 def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
@@ -322,7 +345,7 @@ def run_trials(model, trials: list, buffers: list | None, device: torch.device, 
     return outputs, inputs_after, buffers
 
 
-def role_run(job: dict, out: Path) -> None:
+def role_run(job: dict, out: Path, channel: Channel) -> None:
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
@@ -330,10 +353,13 @@ def role_run(job: dict, out: Path) -> None:
     inputs_list = torch.load(job["inputs_path"], weights_only=True)
     n_pre = job["num_correct_trials"]
     guard = make_guard(job)
-    clocks = timing_fingerprint()
+    watched = harness_modules()
+    harness = harness_fingerprint(watched)
     task_before = task_fingerprint(task)
     expected_layout = input_layout(inputs_list[0])
     set_arch_env(job)
+    cap_device_memory(job, device)
+    confine_if_asked(job)
     model_cls = import_solution(Path(job["solution_dir"]))
     try:
         torch.manual_seed(job["init_seed"])
@@ -348,8 +374,8 @@ def role_run(job: dict, out: Path) -> None:
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, describe_exception(exc)) from None
     violations = guard.violations() if guard else []
     save_tensors(out / "outputs.pt", {"outputs": outputs, "inputs_after": inputs_after})
-    write_json(out / "outputs.json", {"weights_loaded": weights_loaded, "violations": violations})
-    if wait_command() != "go":
+    channel.report("outputs", {"weights_loaded": weights_loaded, "violations": violations})
+    if channel.wait_command() != "go":
         return
     def make_inputs(i: int) -> list:
         inputs = seeded_inputs(task, job["timing_seed"] + i, device)
@@ -368,10 +394,9 @@ def role_run(job: dict, out: Path) -> None:
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
     save_tensors(out / "post_outputs.pt", {"outputs": post, "inputs_after": post_inputs})
     violations = guard.violations() if guard else []
-    violations += [f"harness_tampered: {name} was replaced" for name in tampered_timing(clocks)]
+    violations += [f"harness_tampered: {name} was replaced" for name in tampered_harness(harness, watched)]
     violations += task_tampering(task_before, task)
-    write_json(out / "timing.json", {"runtime": TimingStats.from_samples(samples).__dict__,
-                                     "violations": violations})
+    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "violations": violations})
 
 
 def apply_limits(job: dict) -> None:
@@ -388,6 +413,32 @@ def apply_limits(job: dict) -> None:
         resource.setrlimit(which, (value, value))
 
 
+def harness_modules() -> list:
+    """Modules whose functions the verdict depends on inside this process (this one included)."""
+    from . import guards, measurement, timing
+
+    return [sys.modules[__name__], timing, guards, measurement, sys.modules[confine.__module__]]
+
+
+def confine_if_asked(job: dict) -> None:
+    """Read-only filesystem and no capabilities from here on (root workers in namespaces)."""
+    if not job.get("confine"):
+        return
+    try:
+        confine(job["writable"])
+    except ConfinementError as exc:
+        raise WorkerFailure(ErrorKind.SANDBOX_ERROR, f"could not confine the worker: {exc}") from None
+
+
+def cap_device_memory(job: dict, device: torch.device) -> None:
+    """Per-evaluation cap on what the caching allocator may hold on the GPU."""
+    limit_gb = job.get("device_memory_limit_gb", 0)
+    if device.type != "cuda" or limit_gb <= 0:
+        return
+    total = torch.cuda.get_device_properties(device).total_memory
+    torch.cuda.set_per_process_memory_fraction(min(1.0, limit_gb * (1 << 30) / total), device)
+
+
 ROLES = {"reference": role_reference, "build": role_build, "run": role_run}
 
 
@@ -395,14 +446,22 @@ def main(argv: list[str]) -> int:
     role, job_path = argv[0], Path(argv[1])
     job = json.loads(job_path.read_text())
     out = Path(job["worker_dir"])
+    channel = Channel(job["report_fd"])
+    if job.get("hold"):
+        # Held: torch is imported (the slow part of start-up); no CUDA, no solution code yet.
+        device = channel.wait_start()
+        if device is None:
+            return 0
+        if job["backend"] == "cuda":
+            os.environ["CUDA_VISIBLE_DEVICES"] = "" if device == "-" else device
     try:
         apply_limits(job)
-        ROLES[role](job, out)
+        ROLES[role](job, out, channel)
     except WorkerFailure as exc:
-        write_json(out / "error.json", {"kind": exc.kind, "detail": exc.detail})
+        channel.report("error", {"kind": exc.kind, "detail": exc.detail})
     except Exception:
         kind = TASK_ERROR if role == "reference" else ErrorKind.RUNTIME_ERROR
-        write_json(out / "error.json", {"kind": kind, "detail": traceback.format_exc()[-TRACEBACK_CHARS:]})
+        channel.report("error", {"kind": kind, "detail": traceback.format_exc()[-TRACEBACK_CHARS:]})
     sys.stdout.flush()
     sys.stderr.flush()
     return 0

@@ -588,6 +588,76 @@ def test_replaced_clock_is_harness_tampering(verdict, clock):
     assert_violation(verdict, "harness_tampered", clock)
 
 
+# In-process harness functions replaced by solution code: fake timing samples, honest kernel.
+PATCHED_HARNESS = {
+    "__main__.measure": """
+        import __main__
+
+        __main__.measure = lambda *args, **kwargs: [0.001] * 3
+    """,
+    "sandbox.timing._timed_runs": """
+        import sandbox.timing
+
+        sandbox.timing._timed_runs = lambda one_run, make_inputs, cfg: [0.001] * cfg.repeats
+    """,
+    "sandbox.measurement.TimingStats.from_samples": """
+        from sandbox.measurement import TimingStats
+
+        _real = TimingStats.from_samples
+        TimingStats.from_samples = classmethod(lambda cls, samples: _real([s / 100 for s in samples]))
+    """,
+}
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(
+    preamble=PATCHED_HARNESS[p["target"]]))), workspace=True)
+@pytest.mark.parametrize("target", list(PATCHED_HARNESS))
+def test_replaced_harness_function_is_harness_tampering(verdict, target):
+    assert_violation(verdict, "harness_tampered", target)
+
+
+# Result files written where the old protocol kept them: the judge reads reports from a pipe now.
+FORGED_FILES = """
+import json
+
+for name, payload in {
+    "timing.json": {"runtime": {"median_us": 0.001, "mean_us": 0.001, "std_us": 0.0, "min_us": 0.001,
+                                "max_us": 0.001, "p25_us": 0.001, "p75_us": 0.001, "n": 3}, "violations": []},
+    "outputs.json": {"weights_loaded": False, "violations": []},
+}.items():
+    with open(name, "w") as fh:
+        json.dump(payload, fh)
+"""
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(preamble=FORGED_FILES))),
+           workspace=True)
+def test_forged_result_files_gain_nothing(verdict):
+    assert_passes(verdict)
+    assert verdict["runtime_us"] > 0.01, describe(verdict)  # measured, not the forged 0.001 us
+
+
+# A forged report written straight into the judge's pipe (its fd number is in the job file): it
+# cannot carry the nonce the judge sent, so the judge rejects it instead of believing it.
+FORGED_REPORT = """
+import json
+import os
+
+_role = os.path.basename(os.getcwd())  # each worker runs in <evaluation>/<role>, next to <role>.job.json
+_fd = json.load(open(f"../{_role}.job.json"))["report_fd"]
+_fake = {"runtime": {"median_us": 0.001, "mean_us": 0.001, "std_us": 0.0, "min_us": 0.001,
+                     "max_us": 0.001, "p25_us": 0.001, "p75_us": 0.001, "n": 3}, "violations": []}
+for phase in ("build", "outputs", "timing"):
+    os.write(_fd, (json.dumps({"phase": phase, "nonce": "0" * 32, "payload": _fake}) + "\\n").encode())
+"""
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(preamble=FORGED_REPORT))),
+           workspace=True)
+def test_forged_report_in_the_judges_pipe_is_harness_tampering(verdict):
+    assert_violation(verdict, "harness_tampered", "forged report")
+
+
 # ================================================================== 6. timing games
 
 # Work left running by the five verification calls (hashlib releases the GIL on large buffers:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import SandboxConfig, TimingConfig, evaluate
-from sandbox.judge import namespaces_available
+from sandbox.judge import ISOLATED, namespaces_available
 
 pytestmark = pytest.mark.skipif(bool(namespaces_available()), reason="needs root and unshare (namespaces)")
 
@@ -76,7 +76,7 @@ except OSError:
         stop.set()
         thread.join()
         server.close()
-    assert m.isolation == "pid+net namespaces"
+    assert m.isolation == ISOLATED
     assert m.correct, (m.error, m.error_detail)  # the solution ran; only its connection failed
     assert accepted == []
 
@@ -98,3 +98,32 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except OSError:
         return b""
+
+
+def test_solution_code_cannot_write_outside_its_own_directory(tmp_path, cfg, sandbox_cache):
+    """Project, task, cache, reference data and /tmp stay unwritable; the capabilities that could
+    remount them are gone. The solution returns a wrong result if any write succeeds."""
+    task_file = tmp_path / "identity_task.py"
+    targets = [str(task_file), str(tmp_path / "new_file"), str(sandbox_cache / "planted"),
+               str(Path(__file__).resolve()), f"/tmp/planted-{uuid.uuid4().hex}", "../reference/inputs.pt"]
+    m = judge(tmp_path, cfg, f"""
+import os
+
+_escaped = []
+for _path in {targets!r}:
+    try:
+        with open(_path, "a") as _fh:
+            _fh.write("")
+        _escaped.append(_path)
+    except OSError:
+        pass
+with open("/proc/self/status") as _fh:
+    _caps = [ln for ln in _fh if ln.startswith("CapEff:")][0].split()[1]
+if _escaped or int(_caps, 16) != 0:
+    raise SystemExit(f"escaped: {{_escaped}} capabilities: {{_caps}}")
+with open("own_file", "w") as _fh:  # its own worker directory stays writable
+    _fh.write("ok")
+""")
+    assert m.isolation == ISOLATED
+    assert m.correct, (m.error, m.error_detail, m.logs)
+    assert not (tmp_path / "new_file").exists() and not (sandbox_cache / "planted").exists()

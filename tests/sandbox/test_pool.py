@@ -1,0 +1,220 @@
+"""The sandbox pool: one result per request whatever happens, lanes held exclusively, cancel,
+asyncio, cached builds, device selection, and the evaluate-batch CLI.
+
+Solutions here are pure-Python ModelNew classes judged with guards off (no build: a cheap
+evaluation is mostly worker start-up), except one workspace for the build cache."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from sandbox import SandboxConfig, TimingConfig
+from sandbox.pool import DeviceLanes, EvalRequest, SandboxPool, evaluate_many, visible_devices
+
+FAST = TimingConfig(warmup=1, warmup_ms=0, repeats=2)
+
+CORRECT = "return torch.relu(a + b)"
+WRONG = "return a + b"
+CRASH = "os._exit(3)"
+SLOW = "time.sleep(600)\nreturn torch.relu(a + b)"
+
+BROKEN_TASK = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a):
+        raise RuntimeError("this task is broken")
+
+
+def get_inputs():
+    return [torch.randn(8)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+@pytest.fixture
+def cfg(sandbox_cache):
+    return SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, guards=False,
+                         timing=FAST, run_timeout_s=60)
+
+
+@pytest.fixture
+def python_solution(tmp_path):
+    """A pure-Python relu_add ModelNew whose forward body is given, in its own file."""
+    def make(name: str, body: str) -> Path:
+        path = tmp_path / name / "model_new.py"
+        path.parent.mkdir()
+        indented = "\n".join("        " + line for line in body.splitlines())
+        path.write_text("import os\nimport time\n\nimport torch\nimport torch.nn as nn\n\n\n"
+                        "class ModelNew(nn.Module):\n    def forward(self, a, b):\n" + indented + "\n")
+        return path
+    return make
+
+
+def test_every_request_gets_exactly_one_result_whatever_happens(cfg, small_task, python_solution, tmp_path):
+    broken = tmp_path / "broken_task.py"
+    broken.write_text(BROKEN_TASK)
+    requests = [EvalRequest("correct-1", small_task, python_solution("c1", CORRECT)),
+                EvalRequest("correct-2", small_task, python_solution("c2", CORRECT)),
+                EvalRequest("wrong", small_task, python_solution("w", WRONG)),
+                EvalRequest("crash", small_task, python_solution("x", CRASH)),
+                EvalRequest("broken-task", broken, python_solution("b", CORRECT)),
+                EvalRequest("not-a-solution", small_task, tmp_path / "missing.py")]
+    results = {}
+    for result in evaluate_many(requests, cfg, workers=4):
+        assert result.id not in results, f"duplicate result for {result.id}"
+        results[result.id] = result
+    assert set(results) == {r.id for r in requests}
+    assert all(results[k].measurement.correct for k in ("correct-1", "correct-2"))
+    assert results["wrong"].measurement.error == "mismatch"
+    assert results["crash"].measurement.error == "crash"
+    assert "broken" in results["broken-task"].task_error
+    assert results["not-a-solution"].measurement.error == "invalid_solution"
+
+
+def test_device_lane_is_held_by_one_evaluation_at_a_time(cfg, small_task, python_solution):
+    intervals, lock = [], threading.Lock()
+    lanes = DeviceLanes(["-"], build_slots=2)
+    original = lanes.device
+
+    def recording_device(cancel):
+        class Recorder:
+            def __enter__(self):
+                self.inner = original(cancel)
+                device = self.inner.__enter__()
+                self.start = time.monotonic()
+                return device
+
+            def __exit__(self, *exc):
+                with lock:
+                    intervals.append((self.start, time.monotonic()))
+                return self.inner.__exit__(*exc)
+        return Recorder()
+
+    lanes.device = recording_device
+    pool = SandboxPool(cfg, workers=4)
+    pool.lanes = lanes
+    with pool:
+        results = list(pool.map([EvalRequest(str(i), small_task, python_solution(f"s{i}", CORRECT))
+                                 for i in range(4)]))
+    assert all(r.measurement.correct for r in results)
+    intervals.sort()
+    assert len(intervals) == 4
+    for (_, end), (start, _) in zip(intervals, intervals[1:]):
+        assert start >= end, "two evaluations held the same lane at once"
+    assert lanes.served["-"] == 4
+
+
+def test_cancel_kills_a_running_evaluation_and_spares_the_rest(cfg, small_task, python_solution):
+    with SandboxPool(cfg, workers=2) as pool:
+        slow = pool.submit(EvalRequest("slow", small_task, python_solution("slow", SLOW)))
+        quick = pool.submit(EvalRequest("quick", small_task, python_solution("quick", CORRECT)))
+        deadline = time.monotonic() + 120
+        while not any(lanes_busy(pool)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)  # the slow one is inside its forward (or queued behind the quick one)
+        started = time.monotonic()
+        assert pool.cancel(slow)
+        assert slow.result(timeout=30).cancelled
+        assert time.monotonic() - started < 30
+        assert quick.result(timeout=120).measurement.correct
+
+
+def lanes_busy(pool: SandboxPool) -> list[bool]:
+    return [pool.lanes._free.qsize() < len(pool.lanes.devices)]
+
+
+def test_cancelling_before_start_never_runs_it(cfg, small_task, python_solution):
+    with SandboxPool(cfg, workers=1) as pool:
+        first = pool.submit(EvalRequest("first", small_task, python_solution("first", CORRECT)))
+        queued = pool.submit(EvalRequest("queued", small_task, python_solution("queued", CORRECT)))
+        assert pool.cancel(queued)
+        assert queued.cancelled() or queued.result().cancelled
+        assert first.result(timeout=120).measurement.correct
+
+
+def test_asyncio_clients_await_results(cfg, small_task, python_solution):
+    async def judge_all(pool):
+        tasks = [pool.evaluate(EvalRequest(f"a{i}", small_task, python_solution(f"a{i}", body)))
+                 for i, body in enumerate((CORRECT, WRONG))]
+        return await asyncio.gather(*tasks)
+
+    with SandboxPool(cfg, workers=2) as pool:
+        correct, wrong = asyncio.run(judge_all(pool))
+    assert (correct.id, correct.measurement.correct) == ("a0", True)
+    assert (wrong.id, wrong.measurement.error) == ("a1", "mismatch")
+
+
+def test_cached_workspace_skips_the_build_worker(sandbox_cache, example_paths, tmp_path):
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, timing=FAST)
+    workspace = tmp_path / "ws"
+    shutil.copytree(example_paths.cpu_solutions / "relu_add_workspace", workspace)
+    request = EvalRequest("ws", example_paths.relu_add_task, workspace)
+    with SandboxPool(cfg) as pool:
+        first = pool.submit(request).result()
+        started = time.monotonic()
+        assert pool.lanes.install_cached_build(workspace, pool.cfg)
+        hit_s = time.monotonic() - started
+        second = pool.submit(request).result()
+    assert first.measurement.correct and second.measurement.correct, first.measurement.error_detail
+    assert second.measurement.stage_seconds["build"] == 0.0
+    assert hit_s < 2.0  # H200 host target 0.2 s: docs/benchmarks.md
+
+
+@pytest.mark.parametrize("environ, count, expected", [
+    ({}, 2, ["0", "1"]),
+    ({"CUDA_VISIBLE_DEVICES": "3,1"}, 8, ["3", "1"]),
+    ({"CUDA_VISIBLE_DEVICES": "GPU-aaaa, GPU-bbbb"}, 8, ["GPU-aaaa", "GPU-bbbb"]),
+    ({"CUDA_VISIBLE_DEVICES": "2,-1,3"}, 8, ["2"]),
+    ({"CUDA_VISIBLE_DEVICES": ""}, 8, []),
+])
+def test_visible_devices_follow_cuda_visible_devices(environ, count, expected):
+    assert visible_devices("cuda", environ, count) == expected
+    assert visible_devices("cpu", environ, count) == ["-"]
+
+
+def test_no_device_to_time_on_is_a_clear_error():
+    with pytest.raises(ValueError, match="no device"):
+        DeviceLanes([], build_slots=1)
+
+
+def test_evaluate_batch_cli_writes_one_line_per_id_and_resumes(run_sandbox, small_task, python_solution,
+                                                               sandbox_cache, tmp_path):
+    manifest = tmp_path / "in.jsonl"
+    out = tmp_path / "out.jsonl"
+    entries = [{"id": "good", "task": str(small_task), "solution": str(python_solution("g", CORRECT))},
+               {"id": "bad", "task": str(small_task), "solution": str(python_solution("b", WRONG))}]
+    manifest.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    args = ["evaluate-batch", "--manifest", manifest, "--out", out, "--backend", "cpu", "--no-guards",
+            "--no-compile-baseline", "--warmup", "1", "--repeats", "2", "--cache-dir", sandbox_cache]
+    first = run_sandbox(*args)
+    assert first.returncode == 0, first.stderr
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    by_id = {line["id"]: line for line in lines}
+    assert len(lines) == 2 and by_id["good"]["reward"] >= 1 and by_id["bad"]["error"] == "mismatch"
+    entries.append({"id": "third", "task": str(small_task), "solution": str(python_solution("t", CORRECT))})
+    manifest.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    second = run_sandbox(*args)
+    assert second.returncode == 0, second.stderr
+    assert "2 already in" in second.stderr
+    ids = [json.loads(line)["id"] for line in out.read_text().splitlines()]
+    assert sorted(ids[:2]) == ["bad", "good"] and ids[2:] == ["third"]  # only the new id was judged
+
+
+def test_evaluate_batch_rejects_a_bad_manifest_line_before_judging(run_sandbox, small_task, tmp_path):
+    manifest = tmp_path / "in.jsonl"
+    manifest.write_text(json.dumps({"id": "a", "task": str(small_task), "solution": "nope.py"}) + "\n{oops\n")
+    res = run_sandbox("evaluate-batch", "--manifest", manifest, "--out", tmp_path / "out.jsonl", "--backend", "cpu")
+    assert res.returncode == 2
+    assert "in.jsonl:1: solution not found" in res.stderr
+    assert not (tmp_path / "out.jsonl").exists()
