@@ -1,0 +1,217 @@
+"""Filter candidates concurrently, each in its own worker process (data_gen.filter_worker).
+
+Synthesized programs never run in this process: each candidate is written to a file and judged
+by ``python -m data_gen.filter_worker`` under a timeout, in PID and network namespaces when the
+pipeline runs as root (the sandbox's isolation). Up to ``workers`` candidates are in flight at
+once; workers on one GPU take turns only while timing (a file lock per device), so compilation
+overlaps but runtimes are not distorted by neighbours.
+"""
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Optional
+
+from sandbox.judge import ISOLATION_PREFIX, descendants, describe_exit, namespaces_available
+
+from .compose import Candidate
+from .filter_worker import RUBRICS
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOG_TAIL_CHARS = 2000
+
+
+@dataclass(frozen=True)
+class FilterConfig:
+    # "cuda" or "cpu": where candidates run and are timed.
+    device: str = "cpu"
+    # Accepted eager runtime window (ms), inclusive.
+    window_ms: tuple[float, float] = (0.1, 100.0)
+    # Candidates judged at once (one worker process each).
+    workers: int = 2
+    # GPU indices to spread workers over (cuda only); empty: GPU 0.
+    devices: tuple[int, ...] = ()
+    # Seconds one candidate may take for all rubrics together (torch.compile included).
+    timeout_s: float = 300.0
+    # Seeds of the two input sets (a, b); the model's weights are drawn under init_seed.
+    seeds: tuple[int, int] = (1, 2)
+    init_seed: int = 0
+    # Timing method (sandbox.config.TimingConfig fields).
+    timing: dict = field(default_factory=lambda: {"warmup": 2, "warmup_ms": 20.0, "repeats": 5,
+                                                  "flush_l2": True, "fresh_inputs": True, "cpu_threads": 1})
+    # torch.compile backend and mode ("" = default mode).
+    compile_backend: str = "inductor"
+    compile_mode: str = ""
+    # Also time the compiled model (provenance: compile_ms).
+    time_compiled: bool = True
+    # Tolerances: same-input repeat, "indistinguishable" outputs, compiled vs eager.
+    deterministic_tol: float = 1e-5
+    distinct_tol: float = 1e-2
+    compile_tol: float = 1e-3
+    # Skip later rubrics once one fails (saves the torch.compile of rejected candidates).
+    stop_at_first_failure: bool = True
+    # Run workers in their own PID and network namespaces when root (the sandbox's isolation).
+    isolate: bool = True
+    # Per-worker caps: largest file written (MiB) and, on cpu, address space (GiB; 0 = none).
+    file_size_limit_mb: int = 1024
+    host_memory_limit_gb: float = 32.0
+    # Inductor's parallel-compile threads per worker (1: many workers already share the CPUs).
+    inductor_compile_threads: int = 1
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> "FilterConfig":
+        values = dict(values)
+        for key in ("window_ms", "seeds", "devices"):
+            if key in values:
+                values[key] = tuple(values[key])
+        if "timing" in values:
+            values["timing"] = {**cls().timing, **dict(values["timing"])}
+        return cls(**values)
+
+
+@dataclass
+class FilterResult:
+    id: str
+    # rubric -> {"passed": True | False | None (not run), "reason": str}
+    verdicts: dict[str, dict[str, Any]]
+    accepted: bool
+    eager_ms: Optional[float] = None
+    compile_ms: Optional[float] = None
+    device: str = ""
+    wall_s: float = 0.0
+    # Set when the worker timed out, crashed or hit a harness error; its log tail is kept.
+    worker_error: str = ""
+    log_tail: str = ""
+
+    @property
+    def first_failure(self) -> Optional[str]:
+        return next((r for r in RUBRICS if self.verdicts.get(r, {}).get("passed") is False), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def worker_command(job_path: Path, isolate: bool) -> list[str]:
+    command = [sys.executable, "-m", "data_gen.filter_worker", str(job_path)]
+    if not (isolate and namespaces_available() == ""):
+        return command
+    return [*ISOLATION_PREFIX, "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
+
+
+def job_for(cfg: FilterConfig, task_path: Path, result_path: Path, lock_path: str) -> dict[str, Any]:
+    return {
+        "task_path": str(task_path), "result_path": str(result_path), "device": cfg.device,
+        "backend": cfg.device, "seeds": list(cfg.seeds), "init_seed": cfg.init_seed, "timing": dict(cfg.timing),
+        "window_ms": list(cfg.window_ms), "compile": {"backend": cfg.compile_backend, "mode": cfg.compile_mode},
+        "time_compiled": cfg.time_compiled, "stop_at_first_failure": cfg.stop_at_first_failure,
+        "tolerances": {"deterministic": {"atol": cfg.deterministic_tol, "rtol": cfg.deterministic_tol},
+                       "distinct": {"atol": cfg.distinct_tol, "rtol": cfg.distinct_tol},
+                       "compile": {"atol": cfg.compile_tol, "rtol": cfg.compile_tol}},
+        "timing_lock": lock_path, "file_size_limit_mb": cfg.file_size_limit_mb,
+        "host_memory_limit_gb": cfg.host_memory_limit_gb,
+    }
+
+
+def worker_env(cfg: FilterConfig, gpu: Optional[int]) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(PROJECT_ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONUNBUFFERED"] = "1"
+    env["CUDA_VISIBLE_DEVICES"] = "" if gpu is None else str(gpu)
+    env["OMP_NUM_THREADS"] = str(cfg.timing.get("cpu_threads", 1))
+    env["TORCHINDUCTOR_COMPILE_THREADS"] = str(cfg.inductor_compile_threads)
+    return env
+
+
+def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional[int]) -> FilterResult:
+    """Judge one candidate in a fresh worker process; never raises for a bad candidate."""
+    cand_dir = work_dir / cand.id
+    cand_dir.mkdir(parents=True, exist_ok=True)
+    task_path, result_path = cand_dir / "task.py", cand_dir / "result.json"
+    task_path.write_text(cand.code)
+    lock = str(work_dir / f"timing-{cfg.device}{'' if gpu is None else gpu}.lock")
+    job_path = cand_dir / "job.json"
+    job_path.write_text(json.dumps(job_for(cfg, task_path, result_path, lock)))
+    start = time.monotonic()
+    with open(cand_dir / "worker.log", "wb") as log:
+        proc = subprocess.Popen(worker_command(job_path, cfg.isolate), stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, cwd=str(cand_dir), env=worker_env(cfg, gpu),
+                                start_new_session=True)
+        error = wait_or_kill(proc, cfg.timeout_s)
+    return collect(cand.id, cand_dir, error, time.monotonic() - start)
+
+
+def wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> str:
+    """Wait for the worker; on timeout kill it and everything it started. '' when it exited 0."""
+    try:
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            for kill in (os.killpg, os.kill):
+                try:
+                    kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+        proc.wait()
+        return f"timeout after {timeout_s:g} s"
+    return "" if code == 0 else f"worker {describe_exit(code)}"
+
+
+def collect(cand_id: str, cand_dir: Path, error: str, wall_s: float) -> FilterResult:
+    """Read the worker's verdicts; a rubric cut short by a timeout or crash fails with that cause."""
+    try:
+        data = json.loads((cand_dir / "result.json").read_text())
+    except (OSError, ValueError):
+        data = {"verdicts": {}}
+    harness = cand_dir / "worker_error.json"
+    if harness.exists():
+        error = "filter harness error: " + json.loads(harness.read_text()).get("error", "")[-500:]
+    verdicts = dict(data.get("verdicts", {}))
+    stage = data.get("stage")
+    for rubric in RUBRICS:
+        if rubric in verdicts:
+            continue
+        if error and (rubric == stage or (stage is None and rubric == RUBRICS[0])):
+            verdicts[rubric] = {"passed": False, "reason": error}
+        else:
+            verdicts[rubric] = {"passed": None, "reason": "not run: " + (error or "worker stopped early")}
+    accepted = not error and all(v["passed"] is True for v in verdicts.values())
+    log_tail = ""
+    if error or not accepted:
+        log_tail = (cand_dir / "worker.log").read_text(errors="replace")[-LOG_TAIL_CHARS:]
+    return FilterResult(cand_id, verdicts, accepted, data.get("eager_ms"), data.get("compile_ms"),
+                        data.get("device", ""), round(wall_s, 3), error, log_tail)
+
+
+def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: Path,
+                      deadline: Optional[float] = None) -> Iterator[FilterResult]:
+    """Judge every candidate, ``cfg.workers`` at a time; yields results as they finish. Past
+    ``deadline`` (time.monotonic()) no new candidate starts; those in flight finish."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    gpus = list(cfg.devices) or [0]
+    slots: "queue.Queue[Optional[int]]" = queue.Queue()
+    for i in range(cfg.workers):
+        slots.put(gpus[i % len(gpus)] if cfg.device == "cuda" else None)
+
+    def run(cand: Candidate) -> FilterResult:
+        gpu = slots.get()
+        try:
+            return filter_one(cand, cfg, work_dir, gpu)
+        finally:
+            slots.put(gpu)
+
+    with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
+        futures = [pool.submit(run, c) for c in cands]
+        for future in as_completed(futures):
+            if deadline is not None and time.monotonic() > deadline:
+                for pending in futures:
+                    pending.cancel()  # only those not started yet; they yield nothing
+            if not future.cancelled():
+                yield future.result()

@@ -1,0 +1,172 @@
+"""The run report: counts after each stage, rejection reasons, composition table, runtimes.
+
+Written as report.json (machine-readable), report.md (the tables docs/benchmarks.md quotes) and
+runtime_hist.png (eager runtimes of every timed candidate, accepted ones highlighted).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from .compose import PAPER_OP_COUNT_WEIGHTS, PAPER_TRANSFORMERS_WEIGHT
+from .filter import FilterResult
+from .filter_worker import RUBRICS
+
+PAPER_MIX = {**{f"torch#{i + 1}": w for i, w in enumerate(PAPER_OP_COUNT_WEIGHTS)},
+             "transformers#1": PAPER_TRANSFORMERS_WEIGHT}
+
+
+def reason_class(reason: str) -> str:
+    """Group similar reasons: numbers and quoted details removed, first clause kept."""
+    text = re.sub(r"\(.*", "", reason.splitlines()[0] if reason else "")
+    text = re.sub(r"[-+]?\d[\d.e+-]*", "N", text)
+    return text.strip()[:120] or "(no reason given)"
+
+
+@dataclass
+class RunStats:
+    crawl: dict[str, Any] = field(default_factory=dict)
+    composed: Counter = field(default_factory=Counter)
+    compose_errors: Counter = field(default_factory=Counter)
+    filter_results: list[FilterResult] = field(default_factory=list)
+    data_source_of: dict[str, str] = field(default_factory=dict)
+    # Filter verdicts reused from an earlier run of the same candidates (resume).
+    reused: int = 0
+    filter_wall_s: float = 0.0
+    decontam: dict[str, Any] = field(default_factory=dict)
+    dedupe_dropped: int = 0
+    final: Counter = field(default_factory=Counter)
+
+    def rubric_table(self) -> dict[str, dict[str, int]]:
+        table = {r: {"passed": 0, "failed": 0, "not_run": 0} for r in RUBRICS}
+        for res in self.filter_results:
+            for rubric in RUBRICS:
+                passed = res.verdicts.get(rubric, {}).get("passed")
+                table[rubric]["passed" if passed else "failed" if passed is False else "not_run"] += 1
+        return table
+
+    def rejection_reasons(self) -> dict[str, dict[str, int]]:
+        out: dict[str, Counter] = {}
+        for res in self.filter_results:
+            rubric = res.first_failure
+            if rubric:
+                out.setdefault(rubric, Counter())[reason_class(res.verdicts[rubric]["reason"])] += 1
+        return {r: dict(c.most_common(12)) for r, c in out.items()}
+
+    def accepted_by_source(self) -> Counter:
+        return Counter(self.data_source_of.get(r.id, "?") for r in self.filter_results if r.accepted)
+
+    def summary(self) -> dict[str, Any]:
+        accepted = sum(r.accepted for r in self.filter_results)
+        hours = self.filter_wall_s / 3600
+        judged = len(self.filter_results) - self.reused
+        return {
+            "crawl": self.crawl,
+            "compose": {"composed": sum(self.composed.values()), "failed": sum(self.compose_errors.values()),
+                        "errors": dict(self.compose_errors.most_common(10))},
+            "filter": {"judged": len(self.filter_results), "reused_from_earlier_run": self.reused,
+                       "accepted": accepted, "rubrics": self.rubric_table(),
+                       "rejection_reasons": self.rejection_reasons(), "wall_s": round(self.filter_wall_s, 1),
+                       "candidates_per_hour": round(judged / hours, 1) if hours > 0 else None,
+                       "accepted_per_hour": round(accepted / hours, 1) if hours > 0 and not self.reused else None},
+            "decontaminate": self.decontam,
+            "dedupe": {"dropped": self.dedupe_dropped},
+            "final": {"rows": sum(self.final.values())},
+            "composition": self.composition(),
+        }
+
+    def composition(self) -> list[dict[str, Any]]:
+        stages = {"composed": self.composed, "accepted": self.accepted_by_source(), "final": self.final}
+        rows = []
+        for source in sorted(set(PAPER_MIX) | {k for c in stages.values() for k in c}, key=source_order):
+            row: dict[str, Any] = {"data_source": source, "paper_pct": PAPER_MIX.get(source)}
+            for stage, counts in stages.items():
+                total = sum(counts.values())
+                row[stage] = counts.get(source, 0)
+                row[f"{stage}_pct"] = round(100 * counts.get(source, 0) / total, 2) if total else 0.0
+            rows.append(row)
+        return rows
+
+
+def source_order(source: str) -> tuple[int, int]:
+    lib, _, n = source.partition("#")
+    return (0 if lib == "torch" else 1, int(n) if n.isdigit() else 99)
+
+
+def markdown(summary: dict[str, Any]) -> str:
+    f = summary["filter"]
+    lines = ["# data_gen run report", "", "## Counts per stage", "",
+             "| stage | count |", "|---|---|",
+             f"| crawled torch ops usable / found | {summary['crawl'].get('torch', {}).get('usable')} / "
+             f"{summary['crawl'].get('torch', {}).get('found')} |",
+             f"| crawled transformers ops usable / found | {summary['crawl'].get('transformers', {}).get('usable')} / "
+             f"{summary['crawl'].get('transformers', {}).get('found')} |",
+             f"| composed (failed) | {summary['compose']['composed']} ({summary['compose']['failed']}) |",
+             f"| judged by the filter | {f['judged']} |", f"| accepted by all rubrics | {f['accepted']} |",
+             f"| dropped by decontamination | {summary['decontaminate'].get('dropped', 'n/a')} |",
+             f"| dropped as duplicates | {summary['dedupe']['dropped']} |", f"| final rows | {summary['final']['rows']} |",
+             "", f"Filter wall time {f['wall_s']} s; {f['candidates_per_hour']} candidates/h; "
+             f"{f['accepted_per_hour']} accepted/h.", "", "## Rubrics", "",
+             "| rubric | passed | failed | not run |", "|---|---|---|---|"]
+    lines += [f"| {r} | {v['passed']} | {v['failed']} | {v['not_run']} |" for r, v in f["rubrics"].items()]
+    lines += ["", "## Rejection reasons (first failing rubric)", "", "| rubric | reason | count |", "|---|---|---|"]
+    lines += [f"| {r} | {reason.replace('|', '/')} | {n} |" for r, reasons in f["rejection_reasons"].items()
+              for reason, n in reasons.items()]
+    lines += ["", "## Composition", "", "| data_source | paper % | composed | accepted | final | final % |",
+              "|---|---|---|---|---|---|"]
+    lines += [f"| {row['data_source']} | {row['paper_pct'] if row['paper_pct'] is not None else '-'} | "
+              f"{row['composed']} | {row['accepted']} | {row['final']} | {row['final_pct']} |"
+              for row in summary["composition"]]
+    notes = summary["crawl"].get("notes", []) + ([summary["decontaminate"]["note"]]
+                                                 if summary["decontaminate"].get("note") else [])
+    if notes:
+        lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
+    return "\n".join(lines) + "\n"
+
+
+def runtime_histogram(results: list[FilterResult], window_ms: tuple[float, float], path: Path) -> Optional[Path]:
+    """Log-scale histogram of eager runtimes; None when nothing was timed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    timed = [r for r in results if r.eager_ms]
+    if not timed:
+        return None
+    values = [r.eager_ms for r in timed]
+    lo, hi = min(values + [window_ms[0]]), max(values + [window_ms[1]])
+    bins = [10 ** x for x in frange(math.log10(lo) - 0.1, math.log10(hi) + 0.1, 30)]
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.hist(values, bins=bins, color="0.75", label=f"timed ({len(values)})")
+    ax.hist([r.eager_ms for r in timed if r.accepted], bins=bins, color="tab:green",
+            label=f"accepted ({sum(r.accepted for r in timed)})")
+    for edge in window_ms:
+        ax.axvline(edge, color="tab:red", linestyle="--")
+    ax.set_xscale("log")
+    ax.set_xlabel("eager runtime (ms)")
+    ax.set_ylabel("tasks")
+    ax.set_title(f"Eager runtime; window [{window_ms[0]:g}, {window_ms[1]:g}] ms")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path
+
+
+def frange(start: float, stop: float, n: int) -> list[float]:
+    return [start + (stop - start) * i / n for i in range(n + 1)]
+
+
+def write_report(stats: RunStats, out_dir: Path, window_ms: tuple[float, float]) -> dict[str, Any]:
+    summary = stats.summary()
+    hist = runtime_histogram(stats.filter_results, window_ms, out_dir / "runtime_hist.png")
+    summary["runtime_histogram"] = str(hist) if hist else None
+    (out_dir / "report.json").write_text(json.dumps(summary, indent=1))
+    (out_dir / "report.md").write_text(markdown(summary))
+    return summary

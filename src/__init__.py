@@ -1,0 +1,1 @@
+"""The training package: LLM access, agent loop, rollout, RL math and training stages."""

@@ -1,0 +1,94 @@
+"""The AST similarity measure on hand-made near-duplicates and unrelated programs."""
+import pytest
+
+from data_gen.decontaminate import Benchmark, contaminated, model_tokens, similarity
+
+BENCH = '''import torch
+import torch.nn as nn
+
+class Model(nn.Module):
+    """Conv2d, GELU, then GroupNorm."""
+    def __init__(self, in_channels, out_channels, kernel_size, num_groups):
+        super(Model, self).__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size)
+        self.group_norm = nn.GroupNorm(num_groups, out_channels)
+
+    def forward(self, x):
+        x = self.conv(x)
+        x = torch.nn.functional.gelu(x)
+        x = self.group_norm(x)
+        return x
+
+batch_size = 128
+def get_inputs():
+    return [torch.randn(batch_size, 3, 32, 32)]
+def get_init_inputs():
+    return [3, 16, 3, 8]
+'''
+
+NEAR_COPIES = {
+    "renamed": BENCH.replace("self.conv", "self.c1").replace("group_norm", "gn").replace("x", "h"),
+    "new_sizes_and_docs": BENCH.replace('"""Conv2d, GELU, then GroupNorm."""', '"""A fused block."""')
+                               .replace("128", "64").replace("[3, 16, 3, 8]", "[8, 32, 5, 4]"),
+    "keywords": BENCH.replace("nn.Conv2d(in_channels, out_channels, kernel_size)",
+                              "nn.Conv2d(in_channels=in_channels, out_channels=out_channels, kernel_size=kernel_size)"),
+    "reformatted_with_comments": BENCH.replace("        x = self.conv(x)\n",
+                                               "        # convolution first\n        x = self.conv(\n            x)\n"),
+}
+
+UNRELATED = {
+    "matmul_sum": '''import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.dim = dim
+    def forward(self, A, B):
+        return torch.matmul(A, B).sum(dim=self.dim)
+''',
+    "lstm_head": '''import torch
+import torch.nn as nn
+class Model(nn.Module):
+    def __init__(self, n_in, n_hidden, n_out):
+        super().__init__()
+        self.rnn = nn.LSTM(n_in, n_hidden, batch_first=True)
+        self.head = nn.Linear(n_hidden, n_out)
+    def forward(self, x):
+        out, _ = self.rnn(x)
+        return torch.softmax(self.head(out[:, -1, :]), dim=-1)
+''',
+}
+
+
+@pytest.mark.parametrize("name", list(NEAR_COPIES))
+def test_near_copies_score_above_the_threshold(name):
+    assert similarity(model_tokens(BENCH), model_tokens(NEAR_COPIES[name])) > 0.9
+
+
+@pytest.mark.parametrize("name", list(UNRELATED))
+def test_unrelated_programs_score_low(name):
+    # Shared boilerplate (__init__, super(), self.x = nn.X(...)) keeps unrelated classes near 0.4-0.7.
+    assert similarity(model_tokens(BENCH), model_tokens(UNRELATED[name])) < 0.75
+
+
+def test_identical_is_one_and_measure_is_symmetric():
+    a, b = model_tokens(BENCH), model_tokens(UNRELATED["lstm_head"])
+    assert similarity(a, a) == 1.0
+    assert similarity(a, b) == pytest.approx(similarity(b, a), abs=0.05)
+
+
+def test_benchmark_dir_drops_near_copies_only(tmp_path):
+    (tmp_path / "level2").mkdir()
+    (tmp_path / "level2" / "1_Conv2d_GELU_GroupNorm.py").write_text(BENCH)
+    (tmp_path / "notes.py").write_text("print('no Model here')\n")
+    bench = Benchmark.from_dir(tmp_path)
+    assert len(bench) == 1
+    sources = [NEAR_COPIES["renamed"], UNRELATED["matmul_sum"]]
+    matches = contaminated(sources, bench, threshold=0.9)
+    assert matches[0].similarity > 0.9 and matches[0].closest.endswith("1_Conv2d_GELU_GroupNorm.py")
+    assert matches[1].similarity < 0.9
+
+
+def test_missing_benchmark_dir_is_a_clear_error(tmp_path):
+    with pytest.raises(FileNotFoundError, match="benchmark directory not found"):
+        Benchmark.from_dir(tmp_path / "nope")

@@ -1,0 +1,90 @@
+"""Each filter rubric rejects a hand-made bad program for the right reason (in worker processes)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from data_gen.compose import Candidate
+from data_gen.filter import FilterConfig, filter_candidates
+
+HEADER = "import os, time\nimport torch\nimport torch.nn as nn\n\n"
+INPUTS = "\n\ndef get_inputs():\n    return [torch.randn(64, 32)]\n\n\ndef get_init_inputs():\n    return []\n"
+
+
+def program(forward_body: str, init_body: str = "pass") -> str:
+    """A task whose forward is ``forward_body`` (lines separated by newlines, no indentation)."""
+    body = textwrap.indent(forward_body, " " * 8)
+    return (HEADER + "class Model(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            f"        {init_body}\n\n    def forward(self, x):\n{body}\n" + INPUTS)
+
+
+PROGRAMS = {
+    # name: (source, rubric expected to fail first (None: accepted), words in the reason)
+    "good": (program("return torch.tanh(x @ x.t())"), None, ""),
+    "init_raises": (program("return x", "raise ValueError('bad size')"), "eager", "building Model failed"),
+    "forward_raises": (program("return x @ torch.randn(7, 3)"), "eager", "forward failed"),
+    "returns_string": (program("return 'done'"), "eager", "not a tensor"),
+    "dropout": (program("return self.drop(x)", "self.drop = nn.Dropout(0.5)"), "deterministic", "same inputs"),
+    "constant": (program("return torch.zeros_like(x) + 3.0"), "nontrivial", "constant"),
+    "indistinguishable": (program("return torch.arange(x.numel()).float() + x.mean() * 1e-6"), "nontrivial",
+                          "indistinguishable"),
+    "nan": (program("return torch.log(-x.abs() - 1.0)"), "nontrivial", "NaN"),
+    "too_slow": (program("time.sleep(0.25)\nreturn x * 2"), "runtime", "outside"),
+    # Compiled code that computes something else than eager (the compile rubric's check).
+    "compile_differs": (program("if torch.compiler.is_compiling():\n    return x * 3\nreturn x * 2"), "compile",
+                        "differs from eager"),
+    "crash": (program("os._exit(3)"), "eager", "exited with code 3"),
+}
+
+CFG = FilterConfig(window_ms=(0.0, 100.0), workers=2, timeout_s=180.0, isolate=False,
+                   timing={"warmup": 1, "warmup_ms": 0.0, "repeats": 2, "cpu_threads": 1})
+
+
+def candidates(names):
+    return [Candidate(name, i, "handmade", 0, code=PROGRAMS[name][0]) for i, name in enumerate(names)]
+
+
+@pytest.fixture(scope="module")
+def verdicts(tmp_path_factory):
+    work = tmp_path_factory.mktemp("filter")
+    return {r.id: r for r in filter_candidates(candidates(list(PROGRAMS)), CFG, work)}
+
+
+@pytest.mark.parametrize("name", list(PROGRAMS))
+def test_rubric_rejects_for_the_right_reason(verdicts, name):
+    _, rubric, words = PROGRAMS[name]
+    result = verdicts[name]
+    if rubric is None:
+        assert result.accepted, result.verdicts
+        assert all(v["passed"] for v in result.verdicts.values())
+        assert result.eager_ms is not None and result.compile_ms is not None and result.device.startswith("cpu")
+        return
+    assert not result.accepted
+    assert result.first_failure == rubric, result.verdicts
+    assert words in result.verdicts[rubric]["reason"], result.verdicts[rubric]
+    # later rubrics were not run: they are reported as such, not as passes
+    later = list(result.verdicts)[list(result.verdicts).index(rubric) + 1:]
+    assert all(result.verdicts[r]["passed"] is None for r in later)
+
+
+def test_hanging_candidate_is_killed_at_the_timeout(tmp_path):
+    cfg = FilterConfig(window_ms=(0.0, 100.0), workers=1, timeout_s=4.0, isolate=False)
+    hang = Candidate("hang", 0, "handmade", 0, code=program("while True:\n    pass"))
+    (result,) = list(filter_candidates([hang], cfg, tmp_path))
+    assert not result.accepted
+    assert result.first_failure == "eager"
+    assert "timeout after 4 s" in result.verdicts["eager"]["reason"]
+
+
+def test_the_candidate_runs_in_another_process(tmp_path):
+    """A candidate that records its pid proves it did not run in the pipeline's process."""
+    import os
+
+    marker = tmp_path / "pid.txt"
+    code = program(f"open({str(marker)!r}, 'w').write(str(os.getpid()))\nreturn x * 2")
+    cfg = FilterConfig(window_ms=(0.0, 100.0), workers=1, isolate=False, stop_at_first_failure=True,
+                       compile_backend="eager", time_compiled=False)
+    list(filter_candidates([Candidate("pid", 0, "handmade", 0, code=code)], cfg, tmp_path / "work"))
+    assert int(Path(marker).read_text()) != os.getpid()
