@@ -1,0 +1,14 @@
+"""CPU sample solution, level 1 problem 2 (leaky ReLU): WRONG on purpose, its kernel ignores the slope."""
+import torch
+import torch.nn as nn
+
+import cuda_extension
+
+
+class ModelNew(nn.Module):
+    def __init__(self, negative_slope: float):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return cuda_extension.elementwise([x.contiguous()], [self.negative_slope])

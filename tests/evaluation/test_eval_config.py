@@ -1,0 +1,59 @@
+"""eval.py's Hydra config composes into the objects it configures."""
+import importlib.util
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+from sandbox.config import SandboxConfig
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def eval_entry():
+    spec = importlib.util.spec_from_file_location("eval_entry", REPO / "eval.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def compose_eval(*overrides: str):
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        return compose(config_name="eval", overrides=list(overrides))
+
+
+def test_defaults_are_the_sample_benchmark_replayed_on_the_default_sandbox(eval_entry):
+    cfg = compose_eval()
+    assert (cfg.benchmark.name, cfg.policy.name, cfg.reward.name) == ("sample", "replay", "graduated")
+    assert OmegaConf.is_missing(cfg.policy, "solutions")
+    assert (REPO / cfg.benchmark.root).is_dir()
+    assert eval_entry.sandbox_config(cfg) == SandboxConfig()
+    assert cfg.output_dir == "outputs/eval/sample-replay-cuda"
+
+
+def test_kernelbench_needs_a_root():
+    cfg = compose_eval("benchmark=kernelbench")
+    assert OmegaConf.is_missing(cfg.benchmark, "root")
+    assert list(cfg.benchmark.levels) == [1, 2, 3]
+
+
+def test_per_task_timeouts_and_cpu_backend_reach_the_sandbox(eval_entry):
+    cfg = compose_eval("sandbox=cpu", "sandbox.run_timeout_s=7", "sandbox.compile_timeout_s=11",
+                       "sandbox.reference_timeout_s=13")
+    sandbox = eval_entry.sandbox_config(cfg)
+    assert (sandbox.backend, sandbox.run_timeout_s, sandbox.compile_timeout_s, sandbox.reference_timeout_s) == \
+           ("cpu", 7, 11, 13)
+
+
+def test_a_bad_sandbox_value_is_a_usage_error(eval_entry):
+    cfg = compose_eval("sandbox.tolerance=loose")
+    with pytest.raises(eval_entry.UsageError, match="sandbox config: tolerance must be one of"):
+        eval_entry.sandbox_config(cfg)
+
+
+def test_only_replay_policies_exist_yet(eval_entry, tmp_path):
+    cfg = compose_eval("policy.name=api", f"policy.solutions={tmp_path}")
+    with pytest.raises(eval_entry.UsageError, match="policy 'api' is not available yet"):
+        eval_entry.solution_paths(cfg, [], tmp_path)
