@@ -76,10 +76,12 @@ class SandboxConfig:
     post_timing_trials: int = 2
     # Largest file a worker may write (outputs, objects), in MiB (RLIMIT_FSIZE).
     file_size_limit_mb: int = 4096
-    # Address-space cap of cpu-backend workers in GiB (RLIMIT_AS; not applied on cuda); 0: none.
+    # Host memory per worker, GiB: RLIMIT_AS (cpu backend); as root, the cgroup limit too; 0: none.
     host_memory_limit_gb: float = 32.0
     # GPU memory the solution's caching allocator may hold, GiB (torch's per-process fraction); 0: none.
     device_memory_limit_gb: float = 40.0
+    # Processes + threads a solution worker may have at once (cgroup pids.max, as root); 0: none.
+    max_processes: int = 512
     # Timing method settings.
     timing: TimingConfig = field(default_factory=TimingConfig)
     # Pool: evaluations in flight at once (0: build workers + 2 per device + 2).

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from .cgroups import WorkerCgroup
 from .compare import compare_outputs
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
@@ -344,6 +345,7 @@ class _Evaluation:
         self.isolate = not why_not
         m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
         self.workers: list[WorkerProcess] = []
+        self.cgroups: list[WorkerCgroup] = []
         ref_dir = eval_dir / "reference"
         self.job = {
             "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
@@ -372,6 +374,7 @@ class _Evaluation:
         if self.isolate and role in SOLUTION_ROLES:
             # Solution code may write its own worker directory and its extension build; nothing else.
             job.update(confine=True, writable=[str(self.eval_dir / role), env["TORCH_EXTENSIONS_DIR"]])
+            job["cgroup_procs"] = self._worker_cgroup()
         worker = WorkerProcess(role, job, self.eval_dir, env, pass_fds, isolate=self.isolate, cancel=self.cancel)
         self.workers.append(worker)
         return worker
@@ -390,6 +393,8 @@ class _Evaluation:
             if w.role not in self.m.logs:
                 w.kill()
                 self.m.logs[w.role] = w.log_tail(self.cfg.log_chars)
+        while self.cgroups:
+            self.cgroups.pop().remove()
 
     def _stages(self) -> None:
         """Alone, the reference runs while the solution builds (a broken task is then always
@@ -419,6 +424,18 @@ class _Evaluation:
                     run.start(device)  # after the reference wrote the inputs it will read
                 self._run_stage(run or self.spawn("run"))
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
+
+    def _worker_cgroup(self) -> list[str]:
+        """A cgroup capping the worker's processes and host memory (as root, where possible)."""
+        memory = int(self.cfg.host_memory_limit_gb * (1 << 30))
+        cgroup, why_not = WorkerCgroup.create(self.cfg.max_processes, memory)
+        if cgroup is None:
+            self.m.isolation = f"{ISOLATED}; no cgroup caps: {why_not}"
+            return []
+        self.cgroups.append(cgroup)
+        self.m.isolation = f"{ISOLATED}; cgroup caps: {self.cfg.max_processes} processes, " \
+                           f"{self.cfg.host_memory_limit_gb:g} GiB"
+        return cgroup.procs_files()
 
     def _spawn_reference(self, hold: bool) -> WorkerProcess:
         ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,),

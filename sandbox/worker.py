@@ -35,6 +35,7 @@ from .config import TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
+from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
 from .timing import harness_fingerprint, measure, tampered_harness
@@ -446,6 +447,8 @@ def main(argv: list[str]) -> int:
     role, job_path = argv[0], Path(argv[1])
     job = json.loads(job_path.read_text())
     out = Path(job["worker_dir"])
+    # First of all: every process and thread this worker (and the solution) starts is counted.
+    join_cgroups(job.get("cgroup_procs", []))
     channel = Channel(job["report_fd"])
     if job.get("hold"):
         # Held: torch is imported (the slow part of start-up); no CUDA, no solution code yet.

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from sandbox import SandboxConfig, TimingConfig, evaluate
+from sandbox.cgroups import WorkerCgroup
 from sandbox.judge import ISOLATED, namespaces_available
 
 pytestmark = pytest.mark.skipif(bool(namespaces_available()), reason="needs root and unshare (namespaces)")
@@ -76,7 +77,7 @@ except OSError:
         stop.set()
         thread.join()
         server.close()
-    assert m.isolation == ISOLATED
+    assert m.isolation.startswith(ISOLATED)
     assert m.correct, (m.error, m.error_detail)  # the solution ran; only its connection failed
     assert accepted == []
 
@@ -124,6 +125,44 @@ if _escaped or int(_caps, 16) != 0:
 with open("own_file", "w") as _fh:  # its own worker directory stays writable
     _fh.write("ok")
 """)
-    assert m.isolation == ISOLATED
+    assert m.isolation.startswith(ISOLATED)
     assert m.correct, (m.error, m.error_detail, m.logs)
     assert not (tmp_path / "new_file").exists() and not (sandbox_cache / "planted").exists()
+
+
+def cgroups_unavailable() -> str:
+    cgroup, why_not = WorkerCgroup.create(64, 0)
+    if cgroup is not None:
+        cgroup.remove()
+    return why_not
+
+
+@pytest.mark.skipif(bool(cgroups_unavailable()), reason="needs writable cgroups (pids controller)")
+def test_process_explosion_stops_at_the_cgroup_cap(tmp_path, sandbox_cache):
+    """A solution that forks as many sleeping children as it can gets fewer than max_processes
+    (the worker's own threads count too); it then reaps them, so the evaluation itself passes."""
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
+                        timing=TimingConfig(warmup=1, warmup_ms=0, repeats=2), max_processes=64)
+    m = judge(tmp_path, cfg, """
+import os
+import signal
+import time
+
+_children = []
+for _ in range(1000):
+    try:
+        pid = os.fork()
+    except OSError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    _children.append(pid)
+for pid in _children:
+    os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+if len(_children) >= 64:
+    raise SystemExit(f"forked {len(_children)} children past the cap")
+""")
+    assert "cgroup caps: 64 processes" in m.isolation
+    assert m.correct, (m.error, m.error_detail)  # capped (no SystemExit), and nothing lingered

@@ -82,37 +82,41 @@ def test_every_request_gets_exactly_one_result_whatever_happens(cfg, small_task,
     assert results["not-a-solution"].measurement.error == "invalid_solution"
 
 
-def test_device_lane_is_held_by_one_evaluation_at_a_time(cfg, small_task, python_solution):
+def test_each_lane_is_held_by_one_evaluation_at_a_time(cfg, small_task, python_solution):
+    """Two simulated device lanes (the cpu backend ignores the device entry): both are used, and
+    neither is ever held by two evaluations at once."""
     intervals, lock = [], threading.Lock()
-    lanes = DeviceLanes(["-"], build_slots=2)
+    lanes = DeviceLanes(["gpu-a", "gpu-b"], build_slots=2)
     original = lanes.device
 
     def recording_device(cancel):
         class Recorder:
             def __enter__(self):
                 self.inner = original(cancel)
-                device = self.inner.__enter__()
+                self.device = self.inner.__enter__()
                 self.start = time.monotonic()
-                return device
+                return self.device
 
             def __exit__(self, *exc):
                 with lock:
-                    intervals.append((self.start, time.monotonic()))
+                    intervals.append((self.device, self.start, time.monotonic()))
                 return self.inner.__exit__(*exc)
         return Recorder()
 
     lanes.device = recording_device
-    pool = SandboxPool(cfg, workers=4)
+    pool = SandboxPool(cfg, workers=6)
     pool.lanes = lanes
     with pool:
         results = list(pool.map([EvalRequest(str(i), small_task, python_solution(f"s{i}", CORRECT))
-                                 for i in range(4)]))
+                                 for i in range(6)]))
     assert all(r.measurement.correct for r in results)
-    intervals.sort()
-    assert len(intervals) == 4
-    for (_, end), (start, _) in zip(intervals, intervals[1:]):
-        assert start >= end, "two evaluations held the same lane at once"
-    assert lanes.served["-"] == 4
+    assert len(intervals) == 6
+    for device in ("gpu-a", "gpu-b"):
+        held = sorted((start, end) for d, start, end in intervals if d == device)
+        assert held, f"lane {device} was never used"
+        for (_, end), (start, _) in zip(held, held[1:]):
+            assert start >= end, f"two evaluations held lane {device} at once"
+    assert lanes.served["gpu-a"] + lanes.served["gpu-b"] == 6
 
 
 def test_cancel_kills_a_running_evaluation_and_spares_the_rest(cfg, small_task, python_solution):
