@@ -1,0 +1,17 @@
+"""The agent environment: an episode workspace, tools over it and the sandbox pool, the ReAct
+loop with limits, policies (HF causal LM, OpenAI-compatible API, scripted) and the trajectory
+record that training reads. See docs/agent.md.
+
+    from src.agent import AgentConfig, ScriptedPolicy, run_episode
+    with make_pool(sandbox_cfg) as pool:
+        traj = asyncio.run(run_episode(task_path, policy, pool, AgentConfig(), backend="cpu"))
+"""
+from .episode import AgentConfig, Episode, run_episode, run_episodes
+from .policies import APIPolicy, Generation, HFPolicy, PolicyError, ScriptedPolicy, build_policy
+from .toolcall import ToolCall, parse_tool_calls
+from .trajectory import Trajectory, TrajectoryWriter, read_trajectories, render_transcript
+from .workspace import Workspace, WorkspaceError
+
+__all__ = ["AgentConfig", "Episode", "run_episode", "run_episodes", "APIPolicy", "Generation", "HFPolicy",
+           "PolicyError", "ScriptedPolicy", "build_policy", "ToolCall", "parse_tool_calls", "Trajectory",
+           "TrajectoryWriter", "read_trajectories", "render_transcript", "Workspace", "WorkspaceError"]
