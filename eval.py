@@ -22,6 +22,14 @@ sandbox.pool_workers):
     CUDA_VISIBLE_DEVICES=0,1,2,3 python eval.py benchmark=kernelbench \
         benchmark.root=/path/to/KernelBench policy.solutions=/path/to/solutions workers=24
 
+Generating policies run the agent loop (conf/agent: multi_turn, or single_turn for the ablation)
+on every problem, keep trajectories.jsonl and transcripts/, and judge each episode's best correct
+solution (the paper's rule; none: a failure):
+
+    python eval.py policy=hf policy.model_name_or_path=Qwen/Qwen2.5-Coder-7B-Instruct agent=multi_turn
+    python eval.py policy=api policy.base_url=https://api.openai.com/v1 policy.model=gpt-4o \
+        agent.max_turns=200 episodes_in_flight=8        # key from $OPENAI_API_KEY
+
 Writes results.jsonl (one row per task), summary.json, summary.md, fast_p.png and speedups.png
 into output_dir (default outputs/eval/<benchmark>-<policy>-<backend>); running the same command
 again resumes: tasks already in results.jsonl are skipped. Per-task timeouts are the sandbox's
@@ -65,12 +73,33 @@ def problem_selection(cfg: DictConfig) -> list[Problem]:
     return load_problems(bench.root, list(bench.levels), ids)
 
 
-def solution_paths(cfg: DictConfig, problems: list[Problem], out_dir: Path) -> dict:
-    """Problem key -> solution path (None: no solution). Only replay exists so far; a generating
-    policy (hf, api, a checkpoint) will fill the same mapping from its agent runs."""
-    if cfg.policy.name != "replay":
-        raise UsageError(f"policy {cfg.policy.name!r} is not available yet; use policy=replay")
-    return replay_solutions(cfg.policy.solutions, problems, out_dir / "replay_solutions")
+GENERATING_POLICIES = ("hf", "api")
+
+
+def solution_paths(cfg: DictConfig, problems: list[Problem], out_dir: Path, sandbox) -> dict:
+    """Problem key -> solution path (None: no solution): replayed files, or the best correct
+    solution of an agent episode per problem (policy=hf|api; trajectories kept in out_dir)."""
+    if cfg.policy.name == "replay":
+        return replay_solutions(cfg.policy.solutions, problems, out_dir / "replay_solutions")
+    if cfg.policy.name not in GENERATING_POLICIES:
+        raise UsageError(f"unknown policy {cfg.policy.name!r}; use replay, hf or api")
+    from src.agent.policies import PolicyError
+    from src.evaluation.agent_runs import run_agent
+
+    try:
+        return run_agent(problems, OmegaConf.to_container(cfg.policy, resolve=True),
+                         OmegaConf.to_container(cfg.agent, resolve=True), sandbox, out_dir, cfg.workers,
+                         cfg.episodes_in_flight)
+    except (PolicyError, ValueError) as exc:
+        raise UsageError(f"policy {cfg.policy.name}: {exc}") from None
+
+
+def solutions_identity(cfg: DictConfig) -> str:
+    """What run.json pins as the source of the solutions."""
+    if cfg.policy.name == "replay":
+        return str(Path(cfg.policy.solutions).expanduser().resolve())
+    model = cfg.policy.get("model_name_or_path") or cfg.policy.get("model")
+    return f"policy={cfg.policy.name} model={model} agent={cfg.agent.mode}"
 
 
 def evaluate(cfg: DictConfig) -> dict:
@@ -83,15 +112,14 @@ def evaluate(cfg: DictConfig) -> dict:
     problems = problem_selection(cfg)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    solutions = solution_paths(cfg, problems, out_dir)
     root = resolve_root(cfg.benchmark.root, cfg.benchmark.levels).resolve()
-    pin_run(out_dir, run_identity(root, str(Path(cfg.policy.solutions).expanduser().resolve()),
-                                  sandbox, cfg.reward.name))
+    pin_run(out_dir, run_identity(root, solutions_identity(cfg), sandbox, cfg.reward.name))
+    solutions = solution_paths(cfg, problems, out_dir, sandbox)
     rows = run_problems(problems, solutions, sandbox, out_dir / report.RESULTS_FILE,
                         cfg.reward.name, cfg.workers, cfg.progress)
     context = {"benchmark": cfg.benchmark.name, "benchmark_root": str(root),
                "levels": list(cfg.benchmark.levels), "policy": cfg.policy.name,
-               "solutions": str(cfg.policy.solutions), "backend": sandbox.backend,
+               "solutions": solutions_identity(cfg), "backend": sandbox.backend,
                "tolerance": sandbox.tolerance, "guards": sandbox.guards, "reward": cfg.reward.name}
     summary = report.write_summary(rows, out_dir, context)
     if cfg.plots:
