@@ -87,9 +87,10 @@ def solution_paths(cfg: DictConfig, problems: list[Problem], out_dir: Path, sand
     from src.evaluation.agent_runs import run_agent
 
     try:
-        return run_agent(problems, OmegaConf.to_container(cfg.policy, resolve=True),
-                         OmegaConf.to_container(cfg.agent, resolve=True), sandbox, out_dir, cfg.workers,
-                         cfg.episodes_in_flight)
+        # throw_on_missing: an unset endpoint or model is one clear line, not a failed episode per task.
+        return run_agent(problems, OmegaConf.to_container(cfg.policy, resolve=True, throw_on_missing=True),
+                         OmegaConf.to_container(cfg.agent, resolve=True, throw_on_missing=True), sandbox,
+                         out_dir, cfg.workers, cfg.episodes_in_flight)
     except (PolicyError, ValueError) as exc:
         raise UsageError(f"policy {cfg.policy.name}: {exc}") from None
 

@@ -53,7 +53,16 @@ def test_a_bad_sandbox_value_is_a_usage_error(eval_entry):
         eval_entry.sandbox_config(cfg)
 
 
-def test_only_replay_policies_exist_yet(eval_entry, tmp_path):
-    cfg = compose_eval("policy.name=api", f"policy.solutions={tmp_path}")
-    with pytest.raises(eval_entry.UsageError, match="policy 'api' is not available yet"):
-        eval_entry.solution_paths(cfg, [], tmp_path)
+def test_an_unknown_policy_is_a_usage_error(eval_entry, tmp_path):
+    cfg = compose_eval("policy.name=checkpoint", f"policy.solutions={tmp_path}")
+    with pytest.raises(eval_entry.UsageError, match="unknown policy 'checkpoint'; use replay, hf or api"):
+        eval_entry.solution_paths(cfg, [], tmp_path, sandbox=None)
+
+
+def test_a_generating_policy_without_its_endpoint_stops_before_any_episode(eval_entry, tmp_path):
+    from omegaconf.errors import MissingMandatoryValue
+
+    cfg = compose_eval("policy=api")
+    with pytest.raises(MissingMandatoryValue) as missing:  # main() prints "policy.base_url must be set"
+        eval_entry.solution_paths(cfg, [], tmp_path, sandbox=None)
+    assert missing.value.full_key == "policy.base_url"
