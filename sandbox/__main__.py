@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--task", required=True, help="KernelBench-format task file")
     ev.add_argument("--solution", required=True, help="model_new .py file or workspace directory")
     add_judging_options(ev)
+    ev.add_argument("--stop-after", choices=["build", "verify", "timing"], default="timing",
+                    help="build: compile only; verify: correctness, no timing; timing: the full verdict")
     ev.add_argument("--json", action="store_true", help="print exactly one JSON object on stdout")
     batch = sub.add_parser("evaluate-batch", help="judge many (task, solution) pairs through the pool")
     batch.add_argument("--manifest", required=True, help='JSONL: {"id", "task", "solution"} per line')
@@ -146,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
               "the first build takes a minute)", file=sys.stderr)
     try:
         cfg = config_from_args(args)
-        measurement = evaluate(args.task, args.solution, cfg)
+        measurement = evaluate(args.task, args.solution, cfg, stop_after=getattr(args, "stop_after", "timing"))
     except (TaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR

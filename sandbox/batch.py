@@ -13,6 +13,7 @@ from pathlib import Path
 
 from .config import SandboxConfig
 from .errors import TaskError
+from .judge import STAGES
 from .pool import EvalRequest, EvalResult, make_pool
 
 REQUIRED_FIELDS = ("id", "task", "solution")
@@ -41,7 +42,10 @@ def read_manifest(path: Path) -> list[EvalRequest]:
         for what, p in (("task", task), ("solution", solution)):
             if not p.exists():
                 raise TaskError(f"{path}:{number}: {what} not found: {p}")
-        requests.append(EvalRequest(request_id, task, solution))
+        stop_after = str(entry.get("stop_after", "timing"))
+        if stop_after not in STAGES:
+            raise TaskError(f"{path}:{number}: stop_after must be one of {', '.join(STAGES)}")
+        requests.append(EvalRequest(request_id, task, solution, stop_after))
     return requests
 
 

@@ -250,6 +250,8 @@ def describe_exit(code: int) -> str:
 ISOLATION_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--net", "--ipc", "--")
 # What isolated workers get (Measurement.isolation); solution roles are also confined (confine.py).
 ISOLATED = "pid+net+ipc+mount namespaces; solution code: read-only filesystem, no capabilities"
+# How far an evaluation may be asked to go (evaluate's stop_after), in order.
+STAGES = ("build", "verify", "timing")
 # Roles that run solution code.
 SOLUTION_ROLES = ("build", "run")
 
@@ -310,13 +312,17 @@ def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, st
 
 
 def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfig, lanes=None,
-             cancel: threading.Event | None = None) -> Measurement:
+             cancel: threading.Event | None = None, stop_after: str = "timing") -> Measurement:
     """Judge one solution. Raises TaskError for an unusable task; everything else is a Measurement.
-    ``lanes`` (sandbox.pool) places the stages when many evaluations share the machine."""
+    ``lanes`` (sandbox.pool) places the stages when many evaluations share the machine.
+    ``stop_after``: "build" (compile feedback only: no reference, no GPU), "verify" (correctness,
+    no baselines timed, no timing) or "timing" (the full verdict, the only one a reward needs)."""
+    if stop_after not in STAGES:
+        raise ValueError(f"stop_after must be one of {STAGES}, got {stop_after!r}")
     task_source = load_task_source(task_path)
     check_backend(cfg)
-    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance,
-                    num_trials=cfg.num_correct_trials + cfg.post_timing_trials)
+    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance, stopped_after=stop_after,
+                    num_trials=cfg.num_correct_trials + (cfg.post_timing_trials if stop_after == "timing" else 0))
     try:
         solution = read_solution(solution_path)
     except SolutionError as exc:
@@ -325,7 +331,7 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
     eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-eval-"))
     try:
         materialise(solution, task_source, eval_dir / "solution")
-        _Evaluation(cfg, m, eval_dir, solution.key, lanes or SoloLanes(cfg), cancel).run()
+        _Evaluation(cfg, m, eval_dir, solution.key, lanes or SoloLanes(cfg), cancel, stop_after).run()
     finally:
         shutil.rmtree(eval_dir, ignore_errors=True)
     return m
@@ -335,8 +341,8 @@ class _Evaluation:
     """The stages of one evaluation; each stage fills part of the measurement."""
 
     def __init__(self, cfg: SandboxConfig, m: Measurement, eval_dir: Path, solution_key: str, lanes: "SoloLanes",
-                 cancel: threading.Event | None = None):
-        self.cfg, self.m, self.eval_dir = cfg, m, eval_dir
+                 cancel: threading.Event | None = None, stop_after: str = "timing"):
+        self.cfg, self.m, self.eval_dir, self.stop_after = cfg, m, eval_dir, stop_after
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
         self.reference = ReferenceOutputs()
@@ -401,10 +407,13 @@ class _Evaluation:
         reported as a task error). Pooled, builds take a CPU slot, and the GPU work (reference,
         verification, timing) of one evaluation at a time holds a device lane: workers started
         beforehand wait, torch imported, until the lane is theirs."""
-        pooled = self.lanes.pooled
-        ref = None if pooled else self._spawn_reference(hold=False)
+        pooled, only_build = self.lanes.pooled, self.stop_after == "build"
+        ref = None if pooled or only_build else self._spawn_reference(hold=False)
         with self.lanes.build_slot(self.cancel):
             built = self._build_stage()
+        if only_build:
+            self.m.compiled = bool(built)
+            return
         if pooled and not built:
             return
         run = self.spawn("run", hold=True) if pooled and built else None
@@ -416,10 +425,15 @@ class _Evaluation:
             self.m.device = ref_info["device"]
             if built:
                 self.m.compiled = True
-                if not ref_info["baselines_cached"]:
-                    ref.send("go")
-                baselines = self._reference_stage(ref, "baselines")
-                self._record_baselines(baselines, ref_info["baselines_cached"])
+                # Verify-only runs use cached baselines when there are some, and never time new ones.
+                if ref_info["baselines_cached"] or self.stop_after == "timing":
+                    if not ref_info["baselines_cached"]:
+                        ref.send("go")
+                    baselines = self._reference_stage(ref, "baselines")
+                    self._record_baselines(baselines, ref_info["baselines_cached"])
+                else:
+                    # Let it exit: the outputs pipe ends (EOF) only when its whole process tree is gone.
+                    ref.send("stop")
                 if run is not None:
                     run.start(device)  # after the reference wrote the inputs it will read
                 self._run_stage(run or self.spawn("run"))
@@ -493,6 +507,9 @@ class _Evaluation:
             return
         n = self.cfg.num_correct_trials
         if not (self._no_violations(report) and self._verify(run.dir / "outputs.pt", 0, n)):
+            run.send("stop")
+            return
+        if self.stop_after == "verify":
             run.send("stop")
             return
         run.send("go")

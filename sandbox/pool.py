@@ -54,6 +54,8 @@ class EvalRequest:
     id: str
     task: Path
     solution: Path
+    # How far to go: "build", "verify" or "timing" (the full verdict; see judge.evaluate).
+    stop_after: str = "timing"
 
 
 @dataclass
@@ -277,7 +279,8 @@ class SandboxPool(PoolClient):
         from .judge import Cancelled, evaluate
 
         try:
-            m = evaluate(request.task, request.solution, self.cfg, lanes=self.lanes, cancel=cancel)
+            m = evaluate(request.task, request.solution, self.cfg, lanes=self.lanes, cancel=cancel,
+                         stop_after=request.stop_after)
             return EvalResult(request.id, measurement=m)
         except TaskError as exc:
             return EvalResult(request.id, task_error=str(exc))

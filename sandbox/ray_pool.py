@@ -42,7 +42,8 @@ def pack_request(request: EvalRequest) -> dict:
     if size > MAX_PAYLOAD_BYTES:
         raise ValueError(f"solution {solution} is {size} bytes; at most {MAX_PAYLOAD_BYTES} travel to an actor")
     return {"id": request.id, "task_name": Path(request.task).name, "task": Path(request.task).read_bytes(),
-            "solution_name": solution.name, "solution_is_dir": solution.is_dir(), "files": files}
+            "solution_name": solution.name, "solution_is_dir": solution.is_dir(), "files": files,
+            "stop_after": request.stop_after}
 
 
 def unpack_request(payload: dict, root: Path) -> EvalRequest:
@@ -58,7 +59,7 @@ def unpack_request(payload: dict, root: Path) -> EvalRequest:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(data)
     solution = base if payload["solution_is_dir"] else base / Path(payload["solution_name"]).name
-    return EvalRequest(payload["id"], task, solution)
+    return EvalRequest(payload["id"], task, solution, payload.get("stop_after", "timing"))
 
 
 class EvaluatorActor:

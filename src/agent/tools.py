@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Optional
 
+from sandbox.judge import STAGES
 from sandbox.measurement import Measurement
 from sandbox.pool import EvalRequest, PoolClient
 from sandbox.reward import reward_fn
@@ -58,7 +59,10 @@ TOOL_SPECS: dict[str, dict[str, Any]] = {
     "finish": {"description": "End the episode: the workspace as it is now is the solution.",
                "parameters": {"type": "object", "properties": {}, "required": []}},
 }
-SANDBOX_TOOLS = ("compile", "verify", "profile")
+# Sandbox tools and how far each asks the sandbox to go: compile feedback needs no GPU lane,
+# verification no timing; only profile (and the final verdict) pays for the whole evaluation.
+SANDBOX_TOOLS = {"compile": "build", "verify": "verify", "profile": "timing"}
+DEPTH = {stage: i for i, stage in enumerate(STAGES)}
 
 
 def tool_schemas(names: list[str]) -> list[dict[str, Any]]:
@@ -103,16 +107,21 @@ class SandboxJudge:
     evaluations: int = 0
     seconds: float = 0.0
 
-    async def judge(self, workspace: Workspace) -> Verdict:
+    async def judge(self, workspace: Workspace, stop_after: str = "timing") -> Verdict:
+        """The verdict on the workspace as it is, at least as deep as ``stop_after``: a deeper
+        verdict on the same content answers a shallower question (profile's serves verify)."""
         import time
 
         files = workspace.solution_files()
         key = content_key(files)
-        if key in self.verdicts:
-            return self.verdicts[key]
-        snapshot = workspace.snapshot(self.snapshots / f"{len(self.verdicts):03d}-{key[:10]}")
+        known = self.verdicts.get(key)
+        # A failure is final for this content: going deeper would only fail again.
+        if known is not None and (known.measurement.error is not None
+                                  or DEPTH[known.measurement.stopped_after] >= DEPTH[stop_after]):
+            return known
+        snapshot = workspace.snapshot(self.snapshots / f"{self.evaluations:03d}-{stop_after}-{key[:10]}")
         start = time.monotonic()
-        result = await self.pool.evaluate(EvalRequest(key, self.task, snapshot))
+        result = await self.pool.evaluate(EvalRequest(key, self.task, snapshot, stop_after))
         elapsed = time.monotonic() - start
         self.evaluations += 1
         self.seconds += elapsed
@@ -146,7 +155,7 @@ class Toolbox:
         if name == "finish":
             return ToolResult("finished: the workspace as it is now will be judged", finished=True)
         if name in SANDBOX_TOOLS:
-            verdict = await self.judge.judge(self.workspace)
+            verdict = await self.judge.judge(self.workspace, SANDBOX_TOOLS[name])
             return ToolResult(render_verdict(name, verdict.measurement), measurement=verdict.measurement)
         try:
             return ToolResult(self._file_tools[name](**arguments))

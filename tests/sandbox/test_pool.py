@@ -222,3 +222,25 @@ def test_evaluate_batch_rejects_a_bad_manifest_line_before_judging(run_sandbox, 
     assert res.returncode == 2
     assert "in.jsonl:1: solution not found" in res.stderr
     assert not (tmp_path / "out.jsonl").exists()
+
+
+def test_stop_after_build_and_verify_skip_what_they_do_not_need(cfg, small_task, python_solution, tmp_path):
+    solution = python_solution("staged", CORRECT)
+    with SandboxPool(cfg, workers=3) as pool:
+        built, verified, timed = (pool.submit(EvalRequest(stage, small_task, solution, stop_after=stage)).result()
+                                  for stage in ("build", "verify", "timing"))
+    b, v, t = built.measurement, verified.measurement, timed.measurement
+    assert (b.compiled, b.correct, b.stopped_after) == (True, False, "build")
+    assert "reference" not in b.stage_seconds and b.runtime_us is None  # no reference run, no lane
+    assert (v.correct, v.trials_passed, v.num_trials, v.runtime_us) == (True, 5, 5, None)
+    assert "timing" not in v.stage_seconds
+    assert t.correct and t.runtime_us > 0 and t.num_trials == 7 and t.stopped_after == "timing"
+    broken = tmp_path / "broken_task.py"
+    broken.write_text(BROKEN_TASK)
+    # A build-only request never runs the reference, so a broken task is not noticed there.
+    assert evaluate_one_build(broken, solution, cfg).measurement.compiled
+
+
+def evaluate_one_build(task, solution, cfg):
+    with SandboxPool(cfg, workers=1) as pool:
+        return pool.submit(EvalRequest("b", task, solution, stop_after="build")).result()
