@@ -116,16 +116,6 @@ def render_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def result_record(measurement, reward_name: str) -> dict:
-    """What evaluate --json prints and evaluate-batch writes per line."""
-    from .reward import reward_fn
-
-    result = measurement.to_dict()
-    result["reward"] = reward_fn(reward_name)(measurement)
-    result["reward_name"] = reward_name
-    return result
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .errors import TaskError
@@ -152,6 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     except (TaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return USAGE_ERROR
+    from .reward import result_record
+
     result = result_record(measurement, args.reward)
     if args.json:
         sys.stdout.write(json.dumps(result) + "\n")

@@ -15,6 +15,7 @@ from .config import SandboxConfig
 from .errors import TaskError
 from .judge import STAGES
 from .pool import EvalRequest, EvalResult, make_pool
+from .reward import result_record
 
 REQUIRED_FIELDS = ("id", "task", "solution")
 
@@ -67,8 +68,6 @@ def finished_ids(out: Path) -> set[str]:
 
 
 def record_of(result: EvalResult, reward_name: str) -> dict:
-    from .__main__ import result_record
-
     if result.task_error is not None:
         return {"id": result.id, "task_error": result.task_error, "reward": None, "reward_name": reward_name}
     return {"id": result.id, **result_record(result.measurement, reward_name)}

@@ -154,12 +154,9 @@ def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: P
                     jobs: int = 4, timeout_s: float = 600.0) -> BuildReport:
     """Compile (or reuse) every object and link ``out_dir/cuda_extension.so``."""
     start = time.perf_counter()
-    objects_dir = cache_root / "build" / "objects"
-    objects_dir.mkdir(parents=True, exist_ok=True)
     include_dirs = [str(workspace / "kernels"), str(TEMPLATE_DIR)]
-    headers = _headers_blob([workspace / "kernels", TEMPLATE_DIR])
-    sources = workspace_sources(workspace, tc.backend)
-    plan = [(src, objects_dir / f"{_object_key(tc, src, headers)}.o") for src in sources]
+    plan = _object_plan(workspace, tc, cache_root)
+    plan[0][1].parent.mkdir(parents=True, exist_ok=True)
     todo = [(s, o) for s, o in plan if not o.exists()]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for fut in [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s) for s, o in todo]:
@@ -178,14 +175,19 @@ def cached_module(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: Pat
     """Install the linked module of exactly these sources from the cache, if it is there: a
     repeated solution then needs no build worker at all. None on a miss (or a bad workspace)."""
     try:
-        headers = _headers_blob([workspace / "kernels", TEMPLATE_DIR])
-        sources = workspace_sources(workspace, tc.backend)
-        objects_dir = cache_root / "build" / "objects"
-        objects = [objects_dir / f"{_object_key(tc, src, headers)}.o" for src in sources]
+        objects = [obj for _, obj in _object_plan(workspace, tc, cache_root)]
     except (CompileError, OSError):
         return None
     linked = _module_cache_path(tc, objects, cache_root)
     return _install_module(linked, out_dir) if linked.exists() else None
+
+
+def _object_plan(workspace: Path, tc: Toolchain, cache_root: Path) -> list[tuple[Path, Path]]:
+    """(source, cached object path) for every translation unit of the workspace."""
+    headers = _headers_blob([workspace / "kernels", TEMPLATE_DIR])
+    objects_dir = cache_root / "build" / "objects"
+    return [(src, objects_dir / f"{_object_key(tc, src, headers)}.o")
+            for src in workspace_sources(workspace, tc.backend)]
 
 
 def _module_cache_path(tc: Toolchain, objects: list[Path], cache_root: Path) -> Path:

@@ -30,6 +30,7 @@ import torch
 
 from .cgroups import WorkerCgroup
 from .compare import compare_outputs
+from .worker import FRAME_HEADER
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
 from .measurement import ErrorKind, Measurement, TimingStats
@@ -177,7 +178,9 @@ def descendants(root: int) -> list[int]:
 
 class ReferenceOutputs:
     """Receives the reference outputs through a pipe: they never exist as a file that solution
-    code could find, and only the reference worker holds the pipe's write end."""
+    code could find, and only the reference worker holds the pipe's write end. The message is
+    length-prefixed, so it is complete without waiting for EOF (which would need every process
+    that inherited the pipe, unshare and its shell included, to have exited)."""
 
     def __init__(self):
         self.read_fd, self.write_fd = os.pipe()
@@ -188,8 +191,9 @@ class ReferenceOutputs:
 
     def _drain(self) -> None:
         with os.fdopen(self.read_fd, "rb") as pipe:
-            while chunk := pipe.read(1 << 20):
-                self._data += chunk
+            header = pipe.read(FRAME_HEADER.size)
+            if len(header) == FRAME_HEADER.size:
+                self._data += pipe.read(FRAME_HEADER.unpack(header)[0])
 
     def close_write_end(self) -> None:
         if self.write_fd is not None:
@@ -431,9 +435,6 @@ class _Evaluation:
                         ref.send("go")
                     baselines = self._reference_stage(ref, "baselines")
                     self._record_baselines(baselines, ref_info["baselines_cached"])
-                else:
-                    # Let it exit: the outputs pipe ends (EOF) only when its whole process tree is gone.
-                    ref.send("stop")
                 if run is not None:
                     run.start(device)  # after the reference wrote the inputs it will read
                 self._run_stage(run or self.spawn("run"))

@@ -66,3 +66,11 @@ def reward_fn(name: str) -> Callable[[Measurement], float]:
         return REWARDS[name]
     except KeyError:
         raise ValueError(f"unknown reward {name!r}; choose from {sorted(REWARDS)}") from None
+
+
+def result_record(m: Measurement, reward_name: str) -> dict:
+    """The measurement with its reward: what evaluate --json prints and evaluate-batch writes."""
+    record = m.to_dict()
+    record["reward"] = reward_fn(reward_name)(m)
+    record["reward_name"] = reward_name
+    return record

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import io
 import json
 import os
 import platform
+import struct
 import sys
 import traceback
 from pathlib import Path
@@ -41,6 +43,8 @@ from .guards import check_timing_inputs, input_layout, task_fingerprint, task_ta
 from .timing import harness_fingerprint, measure, tampered_harness
 
 TRACEBACK_CHARS = 3000
+# Length prefix of the reference outputs on their pipe (the judge reads exactly that many bytes).
+FRAME_HEADER = struct.Struct("<Q")
 
 
 class WorkerFailure(Exception):
@@ -209,8 +213,11 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
             except Exception as exc:
                 raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
     save_tensors(out / "inputs.pt", inputs_list)
+    payload = io.BytesIO()
+    torch.save(outputs, payload)
     with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
-        torch.save(outputs, pipe)
+        pipe.write(FRAME_HEADER.pack(payload.getbuffer().nbytes))
+        pipe.write(payload.getbuffer())
     cache_path = baseline_cache_path(job, device_name(device))
     cached = load_baselines(cache_path)
     channel.report("reference", {"device": device_name(device), "baselines_cached": cached is not None})

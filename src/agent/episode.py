@@ -301,14 +301,17 @@ async def run_episode(task: str | Path, policy: Any, pool: PoolClient, cfg: Agen
 
 async def run_episodes(tasks: Iterable[str | Path], policy: Any, pool: PoolClient, cfg: AgentConfig,
                        backend: str, writer: Optional[TrajectoryWriter] = None,
-                       concurrency: int = 4) -> list[Trajectory]:
+                       concurrency: int = 4, episode_ids: Optional[list[str]] = None) -> list[Trajectory]:
     """Episodes in parallel (generation of one overlaps the sandbox work of others); each row is
-    appended to ``writer`` as soon as its episode ends."""
+    appended to ``writer`` as soon as its episode ends. ``episode_ids`` (one per task) default to
+    the task's position and name."""
+    tasks = list(tasks)
+    ids = episode_ids or [f"{i:05d}-{Path(t).stem}" for i, t in enumerate(tasks)]
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(i: int, task: str | Path) -> Trajectory:
         async with gate:
-            traj = await run_episode(task, policy, pool, cfg, backend, episode_id=f"{i:05d}-{Path(task).stem}")
+            traj = await run_episode(task, policy, pool, cfg, backend, episode_id=ids[i])
         if writer is not None:
             writer.append(traj)
         return traj

@@ -44,7 +44,7 @@ def run_agent(problems: list[Problem], policy_cfg: Mapping[str, Any], agent_cfg:
               sandbox: SandboxConfig, out_dir: Path, workers: Optional[int], episodes_in_flight: int
               ) -> dict[tuple[int, int], Optional[Path]]:
     """Problem key -> solution directory written from its episode (None: no solution)."""
-    from src.agent import AgentConfig, TrajectoryWriter, build_policy
+    from src.agent import AgentConfig, TrajectoryWriter, build_policy, run_episodes
 
     trajectories = out_dir / TRAJECTORIES_FILE
     done = finished_episodes(trajectories)
@@ -53,24 +53,12 @@ def run_agent(problems: list[Problem], policy_cfg: Mapping[str, Any], agent_cfg:
         policy = build_policy(dict(policy_cfg))
         config = AgentConfig.from_dict(dict(agent_cfg))
         with make_pool(sandbox, workers) as pool:
-            asyncio.run(_episodes(todo, policy, pool, config, sandbox.backend, TrajectoryWriter(trajectories),
-                                  episodes_in_flight))
+            asyncio.run(run_episodes([p.path for p in todo], policy, pool, config, sandbox.backend,
+                                     writer=TrajectoryWriter(trajectories), concurrency=episodes_in_flight,
+                                     episode_ids=[episode_id(p) for p in todo]))
         done = finished_episodes(trajectories)
     write_transcripts(done.values(), out_dir / "transcripts")
     return {p.key: write_solution(done.get(episode_id(p)), p, out_dir / "agent_solutions") for p in problems}
-
-
-async def _episodes(problems: list[Problem], policy, pool, config, backend: str, writer, in_flight: int) -> None:
-    """One episode per problem, ``in_flight`` at a time; each row is written as it ends."""
-    from src.agent import run_episode
-
-    gate = asyncio.Semaphore(max(1, in_flight))
-
-    async def one(problem: Problem) -> None:
-        async with gate:
-            writer.append(await run_episode(problem.path, policy, pool, config, backend, episode_id(problem)))
-
-    await asyncio.gather(*(one(p) for p in problems))
 
 
 def write_solution(row: Optional[dict], problem: Problem, root: Path) -> Optional[Path]:
