@@ -20,6 +20,13 @@ from .recipes import Recipe, Shape
 
 # Extra-input kinds and their dtype; everything not listed is float32.
 INDEX_KINDS = {"class_index"}
+# Time steps a recurrent module (RNN, GRU, LSTM) is run for on meta. Its meta kernel unrolls every
+# step in Python (~25 s for 2048 steps): shapes come from a short run, and its cost, which is
+# linear in the steps, is scaled up to the full length.
+RECURRENT_META_STEPS = 8
+# Aten ops that only reserve memory (no traffic, no kernel).
+ALLOCATIONS = {torch.ops.aten.empty, torch.ops.aten.new_empty, torch.ops.aten.empty_strided,
+               torch.ops.aten.empty_like}
 
 
 @dataclass
@@ -95,14 +102,31 @@ def build_meta(use: OpUse) -> torch.nn.Module:
         return op_class(use)(**use.kwargs)
 
 
+def time_steps(module: torch.nn.Module, x: torch.Tensor) -> tuple[int, int]:
+    """(time dimension, steps to run on meta) of a recurrent module's input; (-1, 0) otherwise."""
+    if not isinstance(module, torch.nn.RNNBase) or x.dim() != 3:
+        return -1, 0
+    dim = 1 if module.batch_first else 0
+    return dim, min(x.shape[dim], RECURRENT_META_STEPS)
+
+
 def call_op(module: torch.nn.Module, use: OpUse, x: torch.Tensor) -> torch.Tensor:
-    """Call ``module`` the way the rendered forward does (repeats, extras, kwargs, select)."""
+    """Call ``module`` the way the rendered forward does (repeats, extras, kwargs, select).
+    A recurrent module runs for a few steps; its output is given back its full length."""
+    dim, steps = time_steps(module, x)
+    full = x
+    if steps:
+        x = x.narrow(dim, 0, steps)
     extras = [meta_tensor(kind, shape) for _, kind, shape in use.extra_shapes()]
     out = module(*([x] * use.recipe.repeat_x), *extras, **dict(use.recipe.call_kwargs))
     if use.recipe.select is not None:
         out = out[use.recipe.select]
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"{use.name} returned {type(out).__name__}, not a tensor")
+    if steps and out.dim() == 3:
+        shape = list(out.shape)
+        shape[dim] = full.shape[dim]
+        out = out.new_empty(shape)
     return out
 
 
@@ -124,7 +148,8 @@ def infer_shapes(chain: Chain) -> Optional[str]:
 
 
 class _TrafficCounter(TorchDispatchMode):
-    """Counts bytes read and written and kernels launched by non-view aten ops."""
+    """Counts bytes read and written and kernels launched by non-view aten ops, and the largest
+    tensor an op creates (outputs only: parameters do not grow with the batch)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -138,11 +163,16 @@ class _TrafficCounter(TorchDispatchMode):
             return out
         tensors_in = [t for t in tree_flatten((args, kwargs or {}))[0] if isinstance(t, torch.Tensor)]
         tensors_out = [t for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor)]
-        sizes = [t.numel() * t.element_size() for t in tensors_in + tensors_out]
-        self.bytes_moved += sum(sizes)
-        self.peak = max([self.peak, *sizes])
+        sizes_out = [t.numel() * t.element_size() for t in tensors_out]
+        self.peak = max([self.peak, *sizes_out])
+        if func.overloadpacket in ALLOCATIONS:
+            return out  # memory is reserved, nothing is read, written or launched
+        self.bytes_moved += sum(t.numel() * t.element_size() for t in tensors_in) + sum(sizes_out)
         self.kernels += 1
         return out
+
+    def totals(self) -> tuple[float, int]:
+        return self.bytes_moved, self.kernels
 
 
 def chain_cost(chain: Chain) -> Cost:
@@ -150,11 +180,19 @@ def chain_cost(chain: Chain) -> Cost:
     modules = [build_meta(use) for use in chain.ops]
     params = sum(p.numel() * p.element_size() for m in modules for p in m.parameters())
     x = meta_tensor("like", chain.input_shape)
+    total_flops, total_bytes, total_kernels = 0.0, 0.0, 0
     with FlopCounterMode(display=False) as flops, _TrafficCounter() as traffic, torch.no_grad():
         for module, use in zip(modules, chain.ops):
+            dim, steps = time_steps(module, x)
+            scale = x.shape[dim] / steps if steps else 1.0
+            before = (flops.get_total_flops(), *traffic.totals())
             x = call_op(module, use, x)
+            after = (flops.get_total_flops(), *traffic.totals())
+            total_flops += scale * (after[0] - before[0])
+            total_bytes += scale * (after[1] - before[1])
+            total_kernels += round(scale * (after[2] - before[2]))
     peak = max(traffic.peak, math.prod(chain.input_shape) * 4)
-    return Cost(float(flops.get_total_flops()), traffic.bytes_moved, traffic.kernels, params, peak)
+    return Cost(float(total_flops), total_bytes, total_kernels, params, peak)
 
 
 def with_batch(chain: Chain, batch: int) -> Chain:

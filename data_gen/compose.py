@@ -82,6 +82,10 @@ def nice_batch(n: float) -> int:
     return min((k, k * 3 // 2 if k > 1 else 1, 2 * k), key=lambda v: abs(math.log(v / n)))
 
 
+# How far outside the target range an estimate may land before the chain is redrawn.
+TARGET_SLACK = 1.5
+
+
 def scale_to_target(chain: Chain, sizing: Sizing, target_ms: float) -> tuple[Chain, float]:
     """Resize the batch so the estimated runtime is near ``target_ms`` and tensors fit the caps."""
     cost = chain_cost(chain)
@@ -96,7 +100,14 @@ def scale_to_target(chain: Chain, sizing: Sizing, target_ms: float) -> tuple[Cha
     while batch > 1 and batch > tensor_cap:
         batch = nice_batch(batch / 2)
     sized = with_batch(chain, batch)
-    return sized, chain_cost(sized).estimate_ms(*model)
+    estimate = chain_cost(sized).estimate_ms(*model)
+    lo, hi = sizing.target_ms
+    if not lo / TARGET_SLACK <= estimate <= hi * TARGET_SLACK:
+        # The batch caps kept it small (or one sample is already too slow): the runtime filter
+        # would reject it; draw another chain instead.
+        raise ValueError(f"estimated {estimate:.3g} ms at batch {batch}: outside the target "
+                         f"[{lo:g}, {hi:g}] ms")
+    return sized, estimate
 
 
 def sample_count(rng: random.Random, weights: tuple[float, ...]) -> int:

@@ -84,9 +84,15 @@ def compose_all(composer, indices: list[int], workers: int, progress: bool) -> l
     return out
 
 
+# Filter settings that only place the work (how many at once, on which GPUs): changing them
+# between chunks of a long run keeps the verdicts already judged.
+PLACEMENT_SETTINGS = {"workers", "devices"}
+
+
 def filter_key(code: str, filter_cfg: FilterConfig) -> str:
     """Verdicts are reusable when both the program and the filter settings are unchanged."""
-    settings = json.dumps(filter_cfg.__dict__, sort_keys=True, default=str)
+    judged_by = {k: v for k, v in filter_cfg.__dict__.items() if k not in PLACEMENT_SETTINGS}
+    settings = json.dumps(judged_by, sort_keys=True, default=str)
     return hashlib.sha256((settings + "\0" + code).encode()).hexdigest()
 
 

@@ -80,3 +80,75 @@ def test_shape_awareness_rejects_impossible_chains(registry):
     assert "Linear" in infer_shapes(chain)
     loss_first = Chain((2, 8), [OpUse("MSELoss", {}, RECIPES["MSELoss"]), OpUse("ReLU", {}, RECIPES["ReLU"])])
     assert "scalar" in infer_shapes(loss_first)
+
+
+def full_length_cost(chain):
+    """The chain's cost with recurrent modules unrolled over every step on meta (the slow way)."""
+    import data_gen.chain as chain_module
+
+    saved = chain_module.RECURRENT_META_STEPS
+    chain_module.RECURRENT_META_STEPS = 10 ** 9
+    try:
+        return chain_module.chain_cost(chain)
+    finally:
+        chain_module.RECURRENT_META_STEPS = saved
+
+
+@pytest.mark.parametrize("name, kwargs", [
+    ("LSTM", {"input_size": 16, "hidden_size": 32, "num_layers": 2, "batch_first": True}),
+    ("GRU", {"input_size": 16, "hidden_size": 24, "num_layers": 1, "batch_first": True}),
+])
+def test_recurrent_cost_from_a_short_run_matches_the_full_unroll(name, kwargs):
+    from data_gen.chain import Chain, OpUse, chain_cost, infer_shapes
+    from data_gen.recipes import RECIPES
+
+    chain = Chain((4, 96, 16), [OpUse(name, kwargs, RECIPES[name]), OpUse("Tanh", {}, RECIPES["Tanh"])])
+    assert infer_shapes(chain) is None
+    assert chain.ops[0].out_shape == (4, 96, kwargs["hidden_size"])  # full length, not the short run's
+    short, full = chain_cost(chain), full_length_cost(chain)
+    assert short.flops == pytest.approx(full.flops, rel=0.02)
+    assert short.bytes_moved == pytest.approx(full.bytes_moved, rel=0.15)
+    assert short.kernels == pytest.approx(full.kernels, rel=0.15)
+    assert short.peak_tensor_bytes == full.peak_tensor_bytes
+
+
+def test_long_recurrent_chains_compose_quickly():
+    import time
+
+    from data_gen.chain import Chain, OpUse, chain_cost, infer_shapes
+    from data_gen.recipes import RECIPES
+
+    kwargs = {"input_size": 512, "hidden_size": 1024, "num_layers": 2, "nonlinearity": "tanh", "batch_first": True}
+    chain = Chain((8, 2048, 512), [OpUse("RNN", kwargs, RECIPES["RNN"])])
+    start = time.monotonic()
+    assert infer_shapes(chain) is None
+    cost = chain_cost(chain)
+    # Unrolled on meta this took ~25 s; a short run scaled by the length is far under a second.
+    assert time.monotonic() - start < 5
+    assert cost.flops > 2 * 2048 * 8 * 1024 * (512 + 1024) * 2 * 0.9
+
+
+def test_parameters_do_not_cap_the_batch():
+    """A big weight must not shrink the batch: only activations grow with it."""
+    from data_gen.chain import Chain, OpUse
+    from data_gen.compose import scale_to_target
+    from data_gen.recipes import RECIPES
+
+    sizing = Sizing(target_ms=(2.0, 30.0), peak_flops=4e13, bandwidth=3.5e12, launch_us=6.0,
+                    max_tensor_mb=2048.0, max_param_mb=2048.0, max_batch=4096)
+    chain = Chain((8, 8192), [OpUse("Linear", {"in_features": 8192, "out_features": 8192}, RECIPES["Linear"]),
+                              OpUse("Tanh", {}, RECIPES["Tanh"])])
+    sized, estimate = scale_to_target(chain, sizing, 8.0)
+    assert sized.input_shape[0] > 64  # the 256 MiB weight used to cap it at 64 (0.23 ms)
+    assert 2.0 / 1.5 <= estimate <= 30 * 1.5
+
+
+def test_unreachable_targets_are_redrawn_not_emitted():
+    from data_gen.chain import Chain, OpUse
+    from data_gen.compose import scale_to_target
+    from data_gen.recipes import RECIPES
+
+    sizing = Sizing(target_ms=(2.0, 30.0), peak_flops=4e13, bandwidth=3.5e12, launch_us=6.0, max_batch=16)
+    chain = Chain((8, 64), [OpUse("ReLU", {}, RECIPES["ReLU"])])
+    with pytest.raises(ValueError, match="outside the target"):
+        scale_to_target(chain, sizing, 8.0)

@@ -62,3 +62,16 @@ def test_unreachable_llm_is_a_clear_error(tmp_path):
                         "num_candidates=6")
     assert proc.returncode == 2
     assert "data_gen: error:" in proc.stderr and "cannot reach" in proc.stderr
+
+
+def test_verdicts_survive_a_change_of_placement_but_not_of_judgement():
+    from data_gen.filter import FilterConfig
+    from data_gen.pipeline import filter_key
+
+    base = FilterConfig(device="cuda", workers=12, devices=(0,))
+    moved = FilterConfig(device="cuda", workers=28, devices=(0, 1))
+    stricter = FilterConfig(device="cuda", workers=12, devices=(0,), compile_tol=1e-4)
+    code = "class Model: pass\n"
+    assert filter_key(code, base) == filter_key(code, moved)
+    assert filter_key(code, base) != filter_key(code, stricter)
+    assert filter_key(code, base) != filter_key(code + "#\n", base)
