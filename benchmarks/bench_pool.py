@@ -127,6 +127,10 @@ def run_pool(cfg: SandboxConfig, solutions: list[Path], devices: list[str], fixe
         "gpu_utilisation_mean_pct": utilisation,
         "build_share": sum(m.stage_seconds.get("build", 0.0) for m in ms) / eval_seconds if eval_seconds else None,
         "builds_s_median": statistics.median(m.stage_seconds.get("build", 0.0) for m in ms),
+        "stage_s_median": {stage: statistics.median(m.stage_seconds.get(stage, 0.0) for m in ms)
+                           for stage in ("build", "reference", "baselines", "verify", "timing")} if ms else {},
+        "cpu_plan": {"lanes": pool.lanes.cpus.lanes, "build_cores": len(pool.lanes.cpus.builds),
+                     "unpinned_because": pool.lanes.unpinned_because},
         "fixed_kernel_runtime_us": fixed_runtimes,
         "fixed_kernel_spread": spread(fixed_runtimes),
         "runtime_us": {r.id: r.measurement.runtime_us for r in results if r.measurement},
@@ -198,6 +202,8 @@ def main() -> None:
     parser.add_argument("--devices-sweep", default="", help="e.g. 1,2: pool runs on the first k devices")
     parser.add_argument("--form", choices=["workspace", "inline"], default="workspace",
                         help="solution form sent through the pool")
+    parser.add_argument("--lane-cpus", type=int, default=SandboxConfig.lane_cpus,
+                        help="host cores reserved per device lane (0: no pinning)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-pool-"))
@@ -208,7 +214,7 @@ def main() -> None:
     report: dict = {"backend": args.backend, "form": args.form, "n": args.n, "pool": []}
     offset = 0
     for k in sweep:
-        cfg = SandboxConfig(backend=args.backend, cache_dir=str(work / f"cache-{k}"))
+        cfg = SandboxConfig(backend=args.backend, cache_dir=str(work / f"cache-{k}"), lane_cpus=args.lane_cpus)
         solutions = [make(args.backend, offset + i, work / f"sol{offset + i}{suffix}") for i in range(args.n + 1)]
         fixed = [solutions[1]] * args.fixed
         offset += args.n + 1

@@ -86,10 +86,12 @@ class SandboxConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
     # Pool: evaluations in flight at once (0: build workers + 2 per device + 2).
     pool_workers: int = 0
-    # Pool: builds at once, each on CPU only (0: half the CPU cores).
+    # Pool: builds at once, each on CPU only (0: half the cores this process may use).
     build_workers: int = 0
     # Pool: devices to time on, as CUDA_VISIBLE_DEVICES entries (empty: every visible GPU).
     devices: tuple[str, ...] = ()
+    # Pool: host cores reserved for each device lane's workers, builds get the rest (0: no pinning).
+    lane_cpus: int = 2
     # Pool engine: "local" (worker processes on this machine) or "ray" (Ray actors, any nodes).
     pool_backend: str = "local"
     # Ray: cluster address ("" starts or joins a local instance).

@@ -30,6 +30,7 @@ import torch
 
 from .cgroups import WorkerCgroup
 from .compare import compare_outputs
+from .placement import CpuPlan, format_cpus
 from .worker import FRAME_HEADER
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
@@ -120,9 +121,10 @@ class WorkerProcess:
                                                         f"expected {name!r}")
         return report["payload"]
 
-    def start(self, device: str) -> None:
-        """Release a held worker onto ``device`` (a CUDA_VISIBLE_DEVICES entry)."""
-        self._write(f"start {device or '-'}")
+    def start(self, device: str, cpus: tuple[int, ...] = ()) -> None:
+        """Release a held worker onto ``device`` (a CUDA_VISIBLE_DEVICES entry) and, when
+        given, its lane's host cores."""
+        self._write(f"start {device or '-'} {format_cpus(cpus)}")
 
     def send(self, command: str) -> None:
         """Send a command; "go" carries a fresh nonce, which later reports must repeat."""
@@ -217,6 +219,8 @@ class SoloLanes:
     configured device, workers started at once."""
 
     pooled = False
+    # Alone on the machine: nothing to keep apart, nothing pinned.
+    cpus = CpuPlan()
 
     def __init__(self, cfg: SandboxConfig):
         self.device_name = str(cfg.device_index)
@@ -376,7 +380,8 @@ class _Evaluation:
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
               hold: bool = False) -> WorkerProcess:
         """Start a worker; a held one imports torch, then waits for "start <device>"."""
-        job = dict(self.job, **(extra_job or {}), hold=hold)
+        # Builds and held workers stay off the lanes' cores; a held one moves to its lane's.
+        job = dict(self.job, **(extra_job or {}), hold=hold, cpus=list(self.lanes.cpus.builds))
         env = worker_env(self.cfg, role, self.solution_key)
         if self.lanes.pooled and self.cfg.backend == "cuda":
             # Pooled: builds never touch a GPU; held workers learn theirs when their lane is free.
@@ -424,7 +429,7 @@ class _Evaluation:
         ref = ref or self._spawn_reference(hold=True)
         with self.lanes.device(self.cancel) as device:
             if pooled:
-                ref.start(device)
+                ref.start(device, self.lanes.cpus.for_lane(device))
             ref_info = self._reference_stage(ref, "reference")
             self.m.device = ref_info["device"]
             if built:
@@ -436,7 +441,7 @@ class _Evaluation:
                     baselines = self._reference_stage(ref, "baselines")
                     self._record_baselines(baselines, ref_info["baselines_cached"])
                 if run is not None:
-                    run.start(device)  # after the reference wrote the inputs it will read
+                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote its inputs
                 self._run_stage(run or self.spawn("run"))
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
 

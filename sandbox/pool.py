@@ -41,6 +41,7 @@ from typing import Iterable, Iterator, Optional
 
 from .config import SandboxConfig
 from .errors import TaskError
+from .placement import available_cpus, plan_cpus
 from .measurement import ErrorKind, Measurement
 
 # How often waits for a slot or lane look at the cancel flag.
@@ -110,10 +111,12 @@ class DeviceLanes:
 
     pooled = True
 
-    def __init__(self, devices: list[str], build_slots: int):
+    def __init__(self, devices: list[str], build_slots: int, lane_cpus: int = 0):
         if not devices:
             raise TaskError("no device to time on: CUDA_VISIBLE_DEVICES hides every GPU (or none exists)")
         self.devices = list(devices)
+        # Host cores per lane and for builds (empty when too few cores: see sandbox.placement).
+        self.cpus, self.unpinned_because = plan_cpus(self.devices, lane_cpus, available_cpus())
         self._builds = threading.Semaphore(max(1, build_slots))
         self._free: queue.Queue[str] = queue.Queue()
         for device in self.devices:
@@ -227,12 +230,12 @@ class SandboxPool(PoolClient):
 
         check_backend(cfg)
         devices = list(devices or cfg.devices or visible_devices(cfg.backend))
-        build_slots = build_workers or cfg.build_workers or max(1, (os.cpu_count() or 2) // 2)
+        build_slots = build_workers or cfg.build_workers or max(1, len(available_cpus()) // 2)
         if cfg.backend == "cuda" and not cfg.cuda_arch and devices:
             # Builds run without a GPU: they are told the arch (every lane's GPU must share it).
             cfg = replace(cfg, cuda_arch=device_arch(devices[0]))
         self.cfg = cfg
-        self.lanes = DeviceLanes(devices, build_slots)
+        self.lanes = DeviceLanes(devices, build_slots, cfg.lane_cpus)
         self.max_in_flight = workers or cfg.pool_workers or build_slots + 2 * len(devices) + 2
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="sandbox-eval")
         self._cancels: dict[Future, threading.Event] = {}

@@ -66,7 +66,8 @@ class EvaluatorActor:
     """Runs on a Ray worker: a local SandboxPool for the GPU (or CPU lane) Ray gave it."""
 
     def __init__(self, cfg_values: dict, in_flight: int):
-        self.cfg = SandboxConfig.from_dict(dict(cfg_values, pool_backend="local", devices=()))
+        # lane_cpus=0: actors sharing a node would all reserve the same highest-numbered cores.
+        self.cfg = SandboxConfig.from_dict(dict(cfg_values, pool_backend="local", devices=(), lane_cpus=0))
         self.pool = SandboxPool(self.cfg, workers=in_flight)
 
     def node(self) -> dict:

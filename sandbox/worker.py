@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from .baselines import baseline_cache_path, load_baselines, store_baselines
+from .placement import parse_cpus, pin_process
 from .config import TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
@@ -69,10 +70,13 @@ class Channel:
         line = json.dumps({"phase": phase, "nonce": self.nonce, "payload": payload}) + "\n"
         os.write(self.report_fd, line.encode())
 
-    def wait_start(self) -> str | None:
-        """For a held worker: the device it may use ("-": none), or None when told to stop."""
+    def wait_start(self) -> tuple[str, tuple[int, ...]] | None:
+        """For a held worker: the device it may use ("-": none) and its lane's cores (none: stay
+        as is), or None when told to stop."""
         words = self._read_line().split()
-        return words[1] if words[:1] == ["start"] and len(words) == 2 else None
+        if words[:1] != ["start"] or len(words) not in (2, 3):
+            return None
+        return words[1], parse_cpus(words[2] if len(words) == 3 else "-")
 
     def wait_command(self) -> str:
         words = self._read_line().split()
@@ -456,12 +460,15 @@ def main(argv: list[str]) -> int:
     out = Path(job["worker_dir"])
     # First of all: every process and thread this worker (and the solution) starts is counted.
     join_cgroups(job.get("cgroup_procs", []))
+    pin_process(job.get("cpus", ()))
     channel = Channel(job["report_fd"])
     if job.get("hold"):
         # Held: torch is imported (the slow part of start-up); no CUDA, no solution code yet.
-        device = channel.wait_start()
-        if device is None:
+        started = channel.wait_start()
+        if started is None:
             return 0
+        device, lane_cpus = started
+        pin_process(lane_cpus)
         if job["backend"] == "cuda":
             os.environ["CUDA_VISIBLE_DEVICES"] = "" if device == "-" else device
     try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 import threading
 import time
@@ -244,3 +245,26 @@ def test_stop_after_build_and_verify_skip_what_they_do_not_need(cfg, small_task,
 def evaluate_one_build(task, solution, cfg):
     with SandboxPool(cfg, workers=1) as pool:
         return pool.submit(EvalRequest("b", task, solution, stop_after="build")).result()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux affinity and 2 cores")
+def test_lane_workers_run_on_their_lanes_cores(cfg, small_task, python_solution):
+    """Two simulated lanes on the first core, builds on the second: the solution (a held run
+    worker) runs on its lane's core, not on the build core it waited on, nor unpinned."""
+    from sandbox.placement import CpuPlan
+
+    cores = sorted(os.sched_getaffinity(0))
+    plan = CpuPlan({"gpu-a": (cores[0],), "gpu-b": (cores[0],)}, builds=(cores[1],))
+    pool = SandboxPool(cfg, workers=4)
+    pool.lanes = DeviceLanes(["gpu-a", "gpu-b"], build_slots=2)
+    pool.lanes.cpus = plan
+    body = 'print("AFFINITY", sorted(os.sched_getaffinity(0)), flush=True)\n' + CORRECT
+    with pool:
+        results = list(pool.map([EvalRequest(str(i), small_task, python_solution(f"p{i}", body)) for i in range(4)]))
+    seen = set()
+    for r in results:
+        assert r.measurement.correct, r.measurement.error_detail
+        line = next(x for x in r.measurement.logs["run"].splitlines() if x.startswith("AFFINITY"))
+        seen.add(line)
+    assert seen == {f"AFFINITY [{cores[0]}]"}, seen
