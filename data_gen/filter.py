@@ -130,8 +130,13 @@ def worker_env(cfg: FilterConfig, gpu: Optional[int]) -> dict[str, str]:
     return env
 
 
-def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional[int]) -> FilterResult:
-    """Judge one candidate in a fresh worker process; never raises for a bad candidate."""
+def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional[int],
+               deadline: Optional[float] = None) -> Optional[FilterResult]:
+    """Judge one candidate in a fresh worker process; never raises for a bad candidate. None when
+    ``deadline`` (time.monotonic()) came first: the candidate is left unjudged for a later run."""
+    timeout_s = cfg.timeout_s if deadline is None else min(cfg.timeout_s, deadline - time.monotonic())
+    if timeout_s <= 0:
+        return None
     cand_dir = work_dir / cand.id
     cand_dir.mkdir(parents=True, exist_ok=True)
     task_path, result_path = cand_dir / "task.py", cand_dir / "result.json"
@@ -144,7 +149,9 @@ def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional
         proc = subprocess.Popen(worker_command(job_path, cfg.isolate), stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, cwd=str(cand_dir), env=worker_env(cfg, gpu),
                                 start_new_session=True)
-        error = wait_or_kill(proc, cfg.timeout_s)
+        error = wait_or_kill(proc, timeout_s)
+    if error and timeout_s < cfg.timeout_s and time.monotonic() >= deadline:
+        return None  # stopped by the run's time budget, not by its own timeout
     return collect(cand.id, cand_dir, error, time.monotonic() - start)
 
 
@@ -192,18 +199,19 @@ def collect(cand_id: str, cand_dir: Path, error: str, wall_s: float) -> FilterRe
 
 def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: Path,
                       deadline: Optional[float] = None) -> Iterator[FilterResult]:
-    """Judge every candidate, ``cfg.workers`` at a time; yields results as they finish. Past
-    ``deadline`` (time.monotonic()) no new candidate starts; those in flight finish."""
+    """Judge every candidate, ``cfg.workers`` at a time; yields results as they finish. At
+    ``deadline`` (time.monotonic()) candidates still in flight are stopped and, like those not
+    started, yield nothing: a rerun judges them."""
     work_dir.mkdir(parents=True, exist_ok=True)
     gpus = list(cfg.devices) or [0]
     slots: "queue.Queue[Optional[int]]" = queue.Queue()
     for i in range(cfg.workers):
         slots.put(gpus[i % len(gpus)] if cfg.device == "cuda" else None)
 
-    def run(cand: Candidate) -> FilterResult:
+    def run(cand: Candidate) -> Optional[FilterResult]:
         gpu = slots.get()
         try:
-            return filter_one(cand, cfg, work_dir, gpu)
+            return filter_one(cand, cfg, work_dir, gpu, deadline)
         finally:
             slots.put(gpu)
 
@@ -213,5 +221,5 @@ def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: P
             if deadline is not None and time.monotonic() > deadline:
                 for pending in futures:
                     pending.cancel()  # only those not started yet; they yield nothing
-            if not future.cancelled():
+            if not future.cancelled() and future.result() is not None:
                 yield future.result()

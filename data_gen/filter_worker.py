@@ -123,6 +123,7 @@ class Filter:
                 self.verdict(rubric, None, "not run: an earlier rubric failed")
                 continue
             self.result["stage"] = rubric
+            write_json(self.path, self.result)  # a kill from here on is this rubric's failure
             start = time.perf_counter()
             try:
                 getattr(self, f"check_{rubric}")()

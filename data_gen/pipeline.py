@@ -84,14 +84,14 @@ def compose_all(composer, indices: list[int], workers: int, progress: bool) -> l
     return out
 
 
-# Filter settings that only place the work (how many at once, on which GPUs): changing them
-# between chunks of a long run keeps the verdicts already judged.
-PLACEMENT_SETTINGS = {"workers", "devices"}
+# Filter settings that place or bound the work (how many at once, on which GPUs, how long one
+# may take) but do not judge: changing them between chunks of a long run keeps the verdicts.
+EXECUTION_SETTINGS = {"workers", "devices", "timeout_s"}
 
 
 def filter_key(code: str, filter_cfg: FilterConfig) -> str:
     """Verdicts are reusable when both the program and the filter settings are unchanged."""
-    judged_by = {k: v for k, v in filter_cfg.__dict__.items() if k not in PLACEMENT_SETTINGS}
+    judged_by = {k: v for k, v in filter_cfg.__dict__.items() if k not in EXECUTION_SETTINGS}
     settings = json.dumps(judged_by, sort_keys=True, default=str)
     return hashlib.sha256((settings + "\0" + code).encode()).hexdigest()
 
@@ -102,6 +102,8 @@ def load_previous(path: Path) -> dict[str, dict]:
         for line in path.read_text().splitlines():
             try:
                 entry = json.loads(line)
+                if entry["result"].get("worker_error"):
+                    continue  # a timeout or crash can come from the machine's load: judge it again
                 previous[entry["key"]] = entry["result"]
             except (ValueError, KeyError):
                 continue  # a line cut short by a kill

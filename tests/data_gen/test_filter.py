@@ -88,3 +88,37 @@ def test_the_candidate_runs_in_another_process(tmp_path):
                        compile_backend="eager", time_compiled=False)
     list(filter_candidates([Candidate("pid", 0, "handmade", 0, code=code)], cfg, tmp_path / "work"))
     assert int(Path(marker).read_text()) != os.getpid()
+
+
+def test_the_time_budget_stops_candidates_in_flight_and_leaves_them_unjudged(tmp_path):
+    import time
+
+    hang = Candidate("hang", 0, "handmade", 0, code=program("time.sleep(600)\nreturn x"))
+    start = time.monotonic()
+    results = list(filter_candidates([hang], CFG, tmp_path / "work", deadline=start + 4.0))
+    assert results == []  # nothing recorded: a rerun judges it
+    assert time.monotonic() - start < 30  # stopped at the budget, not at the 180 s timeout
+
+
+def test_worker_errors_are_judged_again_on_resume(tmp_path):
+    import json
+
+    from data_gen.pipeline import load_previous
+
+    log = tmp_path / "filter_results.jsonl"
+    judged = {"id": "a", "verdicts": {}, "accepted": False, "worker_error": ""}
+    timed_out = {"id": "b", "verdicts": {}, "accepted": False, "worker_error": "timeout after 100 s"}
+    log.write_text(json.dumps({"key": "ka", "result": judged}) + "\n"
+                   + json.dumps({"key": "kb", "result": timed_out}) + "\n" + '{"key": "kc", "res')
+    assert set(load_previous(log)) == {"ka"}
+
+
+def test_a_timeout_in_a_later_rubric_is_that_rubrics_failure(tmp_path):
+    """Killed while compiling: the report must say compile failed (timeout), not 'not run'."""
+    cfg = FilterConfig(window_ms=(0.0, 100.0), workers=1, timeout_s=25.0, isolate=False,
+                       timing={"warmup": 1, "warmup_ms": 0.0, "repeats": 2, "cpu_threads": 1})
+    code = program("if torch.compiler.is_compiling():\n    time.sleep(600)\nreturn x * 2")
+    (result,) = list(filter_candidates([Candidate("slow_compile", 0, "handmade", 0, code=code)], cfg, tmp_path))
+    assert result.verdicts["runtime"]["passed"] is True
+    assert result.first_failure == "compile"
+    assert "timeout after 25 s" in result.verdicts["compile"]["reason"]
