@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
+from sandbox.measurement import Measurement
 from sandbox.pool import PoolClient
 from sandbox.reward import passed
 
@@ -119,6 +120,9 @@ class Episode:
                                has_logprobs=bool(policy.reports_logprobs))
         self.context_tokens = 0
         self.seconds = {"generate_s": 0.0, "tools_s": 0.0}
+        # Sandbox seconds per stage over every evaluation run (sandbox_build_s, ...); summed as
+        # they happen: the judge's cache keeps only the deepest verdict per content.
+        self.stage_seconds: dict[str, float] = {}
 
     async def run(self) -> Trajectory:
         start = time.monotonic()
@@ -203,7 +207,9 @@ class Episode:
             turn.parse_errors.append("no tool call found" + hint)
         finished = usable = False
         for call in parsed.calls:
+            evaluations = self.judge.evaluations
             result = await self.toolbox.call(call.name, call.arguments)
+            self.count_stages(evaluations, result.measurement)
             turn.tool_calls.append(ToolRecord(call.name, call.arguments,
                                               clip(result.text, self.cfg.max_observation_chars), result.ok))
             self.traj.invalid_tool_calls += 0 if result.ok else 1
@@ -255,11 +261,13 @@ class Episode:
             self.stop("template_drift", str(exc))
 
     async def record_outcome(self) -> None:
+        evaluations = self.judge.evaluations
         try:
             final = await self.judge.judge(self.workspace)
         except Exception as exc:
             self.stop("fatal_error", f"final evaluation failed: {type(exc).__name__}: {exc}")
             return
+        self.count_stages(evaluations, final.measurement)
         best = best_verdict(self.judge.verdicts.values())
         t = self.traj
         t.final_measurement, t.final_reward = final.measurement.to_dict(), final.reward
@@ -269,7 +277,15 @@ class Episode:
         use_best = self.cfg.outcome == "best" and best is not None
         t.reward, t.reward_source = (best.reward, "best") if use_best else (final.reward, "final")
         t.timings.update(sandbox_evaluations=float(self.judge.evaluations), sandbox_s=self.judge.seconds,
-                         **stage_totals(self.judge.verdicts.values()))
+                         **self.stage_seconds)
+
+    def count_stages(self, evaluations_before: int, measurement: Optional[Measurement]) -> None:
+        """Add the stage seconds of an evaluation that just ran; a cached verdict adds nothing."""
+        if measurement is None or self.judge.evaluations == evaluations_before:
+            return
+        for stage, seconds in measurement.stage_seconds.items():
+            key = f"sandbox_{stage}_s"
+            self.stage_seconds[key] = self.stage_seconds.get(key, 0.0) + seconds
 
 
 def best_verdict(verdicts: Iterable[Verdict]) -> Optional[Verdict]:
@@ -283,15 +299,6 @@ def best_verdict(verdicts: Iterable[Verdict]) -> Optional[Verdict]:
 def snapshot_files(root: Path) -> dict[str, str]:
     return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8", errors="replace")
             for p in sorted(root.rglob("*")) if p.is_file() and "build" not in p.relative_to(root).parts}
-
-
-def stage_totals(verdicts: Iterable[Verdict]) -> dict[str, float]:
-    """Sandbox seconds per stage (build, reference, run...) over the episode's evaluations."""
-    totals: dict[str, float] = {}
-    for v in verdicts:
-        for stage, seconds in v.measurement.stage_seconds.items():
-            totals[f"sandbox_{stage}_s"] = totals.get(f"sandbox_{stage}_s", 0.0) + seconds
-    return totals
 
 
 async def run_episode(task: str | Path, policy: Any, pool: PoolClient, cfg: AgentConfig, backend: str,
