@@ -19,7 +19,7 @@ files and timed the same baselines, as a long RL run does for content it has see
 
 Time split (report["time_split_s"], summed over the measured episodes, so it adds up to their
 summed episode seconds, which is the wall time when --concurrency is 1): generation (the model's
-own work), generation_wait (queueing behind other episodes' generations: HFPolicy generates one
+own work), generation_wait (queueing behind other episodes' generations when HFPolicy generates one
 reply at a time), build, verify (reference outputs + correctness trials), timing (baselines +
 timed runs), sandbox_overhead (waiting for a build slot or device lane, worker start-up) and
 other (file tools, parsing, chat-template rendering, workspace set-up).
@@ -41,6 +41,7 @@ whatever the model, so episodes per hour scale with lanes (GPUs), not with concu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import json
 import sys
@@ -75,6 +76,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--backend", choices=["cpu", "cuda"], default="cuda")
     p.add_argument("--episodes", type=int, default=16, help="measured episodes of the trained policy")
     p.add_argument("--concurrency", type=int, default=4, help="episodes in flight at once")
+    p.add_argument("--max-batch", type=int, default=1,
+                   help="HFPolicy batch: concurrent episodes' replies generated together (1: one at a time)")
     p.add_argument("--train-steps", type=int, default=500, help="most behaviour-cloning steps")
     p.add_argument("--target-loss", type=float, default=0.005, help="stop training once a step's loss is below")
     p.add_argument("--lr", type=float, default=5e-3, help="peak learning rate (tiny: 1e-2)")
@@ -152,22 +155,26 @@ class ProgressWriter:
 
 
 class TimedPolicy:
-    """Wraps a policy: one generate at a time (as HFPolicy does anyway), timed inside the lock,
-    so the model's own work is told apart from episodes queueing behind each other."""
+    """Wraps a policy. Serial (HFPolicy without batching): one generate at a time, timed inside
+    the lock, so the model's own work is told apart from episodes queueing behind each other.
+    Batched: calls go through at once (HFPolicy gathers them) and each call's seconds count as
+    generation, gathering included; generation_wait is then 0."""
 
-    def __init__(self, policy: Any):
+    def __init__(self, policy: Any, serial: bool = True):
         self.policy, self.name = policy, policy.name
         self.tokenizer, self.reports_logprobs = policy.tokenizer, policy.reports_logprobs
         self.busy_s, self.tokens, self.calls = 0.0, 0, 0
-        self._lock = threading.Lock()
+        self._lock = threading.Lock() if serial else contextlib.nullcontext()
+        self._count = threading.Lock()
 
     def generate(self, messages: list[dict], prompt_ids: Optional[list[int]], max_new_tokens: int) -> Any:
         with self._lock:
             start = time.monotonic()
             gen = self.policy.generate(messages, prompt_ids, max_new_tokens)
-            self.busy_s += time.monotonic() - start
-            self.tokens += len(gen.token_ids or [])
-            self.calls += 1
+            with self._count:
+                self.busy_s += time.monotonic() - start
+                self.tokens += len(gen.token_ids or [])
+                self.calls += 1
         return gen
 
 
@@ -271,7 +278,8 @@ def measure(args: argparse.Namespace, problems: list, cfg: AgentConfig, pool, de
     import torch
     from tqdm import tqdm
 
-    policy = TimedPolicy(HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed))
+    policy = TimedPolicy(HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed,
+                                  max_batch=args.max_batch), serial=args.max_batch == 1)
     tasks = [problems[i % len(problems)] for i in range(args.episodes)]
     rows = Path(args.output_dir) / "trajectories.jsonl"
     rows.unlink(missing_ok=True)
@@ -316,6 +324,7 @@ def episode_report(trajs: list[Trajectory], policy: TimedPolicy, wall: float, ar
         "turns_per_episode": sum(len(t.turns) for t in trajs) / max(n, 1),
         "generated_tokens": policy.tokens, "generation_calls": policy.calls,
         "generation_tokens_per_s": policy.tokens / policy.busy_s if policy.busy_s > 0 else None,
+        "generation_batch_sizes": dict(sorted(Counter(policy.policy.batch_sizes).items())),
         "tool_calls": dict(calls), "sandbox_tool_calls": sum(calls[name] for name in SANDBOX_TOOLS),
         "sandbox_evaluations": sum(int(t.timings.get("sandbox_evaluations", 0)) for t in trajs),
         "invalid_tool_calls": sum(t.invalid_tool_calls for t in trajs),

@@ -11,8 +11,10 @@ exact prompt token ids), produce the next assistant reply.
 from __future__ import annotations
 
 import json
+import queue
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
 from src.llm import LLMError, build_chat_model
@@ -93,14 +95,29 @@ class ScriptedPolicy:
         return Generation(text, ids, [0.0] * len(ids), finish)
 
 
+@dataclass
+class _Pending:
+    """One episode's generate call waiting for a batch."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    done: threading.Event = field(default_factory=threading.Event)
+    result: Optional[Generation] = None
+    error: Optional[BaseException] = None
+
+
 class HFPolicy:
-    """A local causal LM; generation continues exactly from ``prompt_ids`` (no re-tokenising)."""
+    """A local causal LM; generation continues exactly from ``prompt_ids`` (no re-tokenising).
+
+    With ``max_batch`` > 1, concurrent episodes' calls are gathered (for up to ``batch_wait_ms``
+    after the first) and generated as one left-padded batch with a KV cache: one forward per
+    token for the whole batch instead of one per episode."""
 
     reports_logprobs = True
 
     def __init__(self, model_name_or_path: str = "", model: Any = None, tokenizer: Any = None,
                  device: str = "cpu", dtype: str = "auto", lora_path: str = "", temperature: float = 1.0,
-                 top_p: float = 1.0, seed: Optional[int] = None):
+                 top_p: float = 1.0, seed: Optional[int] = None, max_batch: int = 1, batch_wait_ms: float = 5.0):
         if model is None or tokenizer is None:
             from src.llm.hf_local import load_pretrained
 
@@ -113,34 +130,84 @@ class HFPolicy:
         self.temperature, self.top_p = temperature, top_p
         self.stop_ids = end_of_turn_ids(tokenizer, model)
         self._lock = threading.Lock()  # one generate at a time on a shared model
+        self.max_batch, self.batch_wait_s = max(1, int(max_batch)), batch_wait_ms / 1e3
+        self._pending: "queue.Queue[_Pending]" = queue.Queue()
+        self._batcher: Optional[threading.Thread] = None
+        # Sizes of the batches generated so far (how much batching the episodes' timing allowed).
+        self.batch_sizes: list[int] = []
         if seed is not None:
             import torch
 
             torch.manual_seed(seed)
 
     def generate(self, messages: list[dict], prompt_ids: Optional[list[int]], max_new_tokens: int) -> Generation:
-        import torch
-
         if not prompt_ids:
             raise PolicyError("HFPolicy needs the prompt token ids")
-        inputs = torch.tensor([prompt_ids], device=self.device)
+        if self.max_batch == 1:
+            with self._lock:
+                return self.generate_batch([(list(prompt_ids), max_new_tokens)])[0]
+        request = _Pending(list(prompt_ids), max_new_tokens)
+        with self._lock:
+            if self._batcher is None:
+                self._batcher = threading.Thread(target=self._serve_batches, name="hf-batcher", daemon=True)
+                self._batcher.start()
+        self._pending.put(request)
+        request.done.wait()
+        if request.error is not None:
+            raise request.error
+        return request.result
+
+    def _serve_batches(self) -> None:
+        """Gather calls into batches of up to ``max_batch`` and generate them, forever."""
+        while True:
+            batch = [self._pending.get()]
+            deadline = time.monotonic() + self.batch_wait_s
+            while len(batch) < self.max_batch:
+                try:
+                    batch.append(self._pending.get(timeout=max(0.0, deadline - time.monotonic())))
+                except queue.Empty:
+                    break
+            try:
+                for request, result in zip(batch, self.generate_batch([(r.prompt_ids, r.max_new_tokens)
+                                                                       for r in batch])):
+                    request.result = result
+            except BaseException as exc:  # every waiting episode hears about it
+                for request in batch:
+                    request.error = exc
+            finally:
+                for request in batch:
+                    request.done.set()
+
+    def generate_batch(self, prompts: list[tuple[list[int], int]]) -> list[Generation]:
+        """One generate over left-padded prompts; each reply is cut at its own stop or length."""
+        import torch
+
+        width, pad = max(len(ids) for ids, _ in prompts), self._pad_id()
+        inputs = torch.full((len(prompts), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(prompts), width), dtype=torch.long)
+        for row, (ids, _) in enumerate(prompts):
+            inputs[row, width - len(ids):] = torch.tensor(ids)
+            mask[row, width - len(ids):] = 1
         sample = self.temperature > 0
-        params = dict(do_sample=sample, max_new_tokens=max_new_tokens, eos_token_id=self.stop_ids,
-                      pad_token_id=self._pad_id(), return_dict_in_generate=True, output_logits=True,
-                      use_cache=True)
+        params = dict(do_sample=sample, max_new_tokens=max(n for _, n in prompts), eos_token_id=self.stop_ids,
+                      pad_token_id=pad, return_dict_in_generate=True, output_logits=True, use_cache=True)
         if sample:
             params.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        with self._lock, torch.no_grad():
-            out = self.model.generate(inputs, attention_mask=torch.ones_like(inputs), **params)
-        new_ids = out.sequences[0, len(prompt_ids):].tolist()
-        ids, text, finish = split_reply(self.tokenizer, new_ids, self.stop_ids)
-        return Generation(text, ids, self._logprobs(out.logits, ids), finish)
+        with torch.no_grad():
+            out = self.model.generate(inputs.to(self.device), attention_mask=mask.to(self.device), **params)
+        self.batch_sizes.append(len(prompts))
+        replies = []
+        for row, (_, max_new) in enumerate(prompts):
+            new_ids = out.sequences[row, width:].tolist()[:max_new]
+            ids, text, finish = split_reply(self.tokenizer, new_ids, self.stop_ids)
+            replies.append(Generation(text, ids, self._logprobs(out.logits, ids, row), finish))
+        return replies
 
-    def _logprobs(self, logits: Sequence[Any], ids: list[int]) -> list[float]:
+    def _logprobs(self, logits: Sequence[Any], ids: list[int], row: int = 0) -> list[float]:
         """log p(token) under the sampling distribution before top-p: softmax(logits / T)."""
         import torch
 
-        steps = torch.stack([step[0] for step in logits[:len(ids)]]).float()
+        steps = torch.stack([step[row] for step in logits[:len(ids)]]).float()
         scale = self.temperature if self.temperature > 0 else 1.0
         logp = torch.log_softmax(steps / scale, dim=-1)
         return logp.gather(1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].tolist()
