@@ -258,7 +258,10 @@ class Episode:
         try:
             self.traj.ledger.extend(self.renderer.tail(self.traj.ledger, self.traj.messages, open_turn), False)
         except TemplateDrift as exc:
-            self.stop("template_drift", str(exc))
+            # Drift outranks how the episode ended (finish, a limit): the ids are unusable for
+            # training, and consumers filter on stop_reason.
+            ended = f" (the episode had ended: {self.traj.stop_reason})" if self.traj.stop_reason else ""
+            self.traj.stop_reason, self.traj.stop_detail = "template_drift", f"{exc}{ended}"
 
     async def record_outcome(self) -> None:
         evaluations = self.judge.evaluations

@@ -154,3 +154,30 @@ def test_behaviour_cloning_reproduces_the_reply(bpe_tokenizer):
     with torch.no_grad():
         logits = model(input_ids=torch.tensor([ids])).logits[0]
     assert logits[len(ids) - len(reply) - 1:-1].argmax(-1).tolist() == reply  # token for token, teacher-forced
+
+
+class NonCanonicalPolicy:
+    """Replies with ids that decode to the right text but are not how the tokenizer would encode
+    it (one id per character instead of the merged tokens), as a sampled model may."""
+
+    reports_logprobs = False
+    name = "non-canonical"
+
+    def __init__(self, tokenizer, text: str):
+        self.tokenizer, self.text = tokenizer, text
+
+    def generate(self, messages, prompt_ids, max_new_tokens):
+        from src.agent.policies import Generation
+
+        ids = [self.tokenizer.encode(ch, add_special_tokens=False)[0] for ch in self.text]
+        assert ids != self.tokenizer.encode(self.text, add_special_tokens=False)  # really non-canonical
+        return Generation(self.text, ids + [self.tokenizer.eos_token_id], None, "stop")
+
+
+def test_drift_in_the_last_reply_is_reported_whatever_ended_the_episode(small_task, agent_pool, bpe_tokenizer):
+    """The last reply is only checked when the episode closes; a limit that ended the episode
+    first must not hide that the ids differ from the rendered history."""
+    policy = NonCanonicalPolicy(bpe_tokenizer, "Let me look around first.")
+    traj = asyncio.run(run_episode(small_task, policy, agent_pool, AgentConfig(max_turns=1), backend="cpu"))
+    assert traj.stop_reason == "template_drift", (traj.stop_reason, traj.stop_detail)
+    assert "max_turns" in traj.stop_detail
