@@ -160,7 +160,8 @@ def test_resume_judges_only_the_tasks_not_yet_recorded(cpu_run, cli_env, sandbox
     again = read_rows(resumed)
     assert set(again) == set(EXPECTED)
     for key in dropped:
-        assert (again[key]["correct"], again[key]["error"]) == (False, EXPECTED[key][1])
+        assert (again[key]["correct"], again[key]["error"]) == (False, EXPECTED[key][1]), \
+            (again[key].get("error_detail"), again[key].get("violations"))
     assert "5 already in" in (resumed / "eval.log").read_text()
 
 
