@@ -150,7 +150,7 @@ def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional
                                 stdin=subprocess.DEVNULL, cwd=str(cand_dir), env=worker_env(cfg, gpu),
                                 start_new_session=True)
         error = wait_or_kill(proc, timeout_s)
-    if error and timeout_s < cfg.timeout_s and time.monotonic() >= deadline:
+    if error and deadline is not None and time.monotonic() >= deadline:
         return None  # stopped by the run's time budget, not by its own timeout
     return collect(cand.id, cand_dir, error, time.monotonic() - start)
 
