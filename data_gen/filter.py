@@ -90,6 +90,8 @@ class FilterResult:
     # Set when the worker timed out, crashed or hit a harness error; its log tail is kept.
     worker_error: str = ""
     log_tail: str = ""
+    # Seconds each rubric took inside the worker (the rest of wall_s is process start-up).
+    stage_s: dict[str, float] = field(default_factory=dict)
 
     @property
     def first_failure(self) -> Optional[str]:
@@ -194,7 +196,7 @@ def collect(cand_id: str, cand_dir: Path, error: str, wall_s: float) -> FilterRe
     if error or not accepted:
         log_tail = (cand_dir / "worker.log").read_text(errors="replace")[-LOG_TAIL_CHARS:]
     return FilterResult(cand_id, verdicts, accepted, data.get("eager_ms"), data.get("compile_ms"),
-                        data.get("device", ""), round(wall_s, 3), error, log_tail)
+                        data.get("device", ""), round(wall_s, 3), error, log_tail, dict(data.get("stage_s", {})))
 
 
 def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: Path,

@@ -84,7 +84,9 @@ class Candidate:
         self.task = load_module(Path(job["task_path"]), "model")
         init_inputs = self.task.get_init_inputs()
         torch.manual_seed(job["init_seed"])
-        self.model = self.task.Model(*init_inputs).to(self.device)
+        # Parameters are drawn on the device: GPU-sized weights took seconds on one CPU thread.
+        with self.device:
+            self.model = self.task.Model(*init_inputs).to(self.device)
 
     def inputs(self, seed: int) -> list:
         return seeded_inputs(self.task, seed, self.device)

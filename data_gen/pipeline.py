@@ -128,6 +128,7 @@ def run_filter(cands: list[Candidate], fcfg: FilterConfig, out_dir: Path, resume
     with open(log_path, "a") as fh:
         for res in filter_candidates(todo, fcfg, out_dir / "work", deadline=deadline):
             results.append(res)
+            stats.judged_now.add(res.id)
             fh.write(json.dumps({"key": keys[res.id], "result": res.to_dict()}) + "\n")
             fh.flush()
             bar.update()

@@ -37,6 +37,8 @@ class RunStats:
     data_source_of: dict[str, str] = field(default_factory=dict)
     # Filter verdicts reused from an earlier run of the same candidates (resume).
     reused: int = 0
+    # Ids of the candidates judged by this run (not reused): the throughput counts only these.
+    judged_now: set[str] = field(default_factory=set)
     filter_wall_s: float = 0.0
     decontam: dict[str, Any] = field(default_factory=dict)
     dedupe_dropped: int = 0
@@ -64,7 +66,7 @@ class RunStats:
     def summary(self) -> dict[str, Any]:
         accepted = sum(r.accepted for r in self.filter_results)
         hours = self.filter_wall_s / 3600
-        judged = len(self.filter_results) - self.reused
+        now = [r for r in self.filter_results if r.id in self.judged_now]
         return {
             "crawl": self.crawl,
             "compose": {"composed": sum(self.composed.values()), "failed": sum(self.compose_errors.values()),
@@ -72,8 +74,10 @@ class RunStats:
             "filter": {"judged": len(self.filter_results), "reused_from_earlier_run": self.reused,
                        "accepted": accepted, "rubrics": self.rubric_table(),
                        "rejection_reasons": self.rejection_reasons(), "wall_s": round(self.filter_wall_s, 1),
-                       "candidates_per_hour": round(judged / hours, 1) if hours > 0 else None,
-                       "accepted_per_hour": round(accepted / hours, 1) if hours > 0 and not self.reused else None},
+                       "judged_now": len(now), "accepted_now": sum(r.accepted for r in now),
+                       "candidates_per_hour": round(len(now) / hours, 1) if hours > 0 else None,
+                       "accepted_per_hour": round(sum(r.accepted for r in now) / hours, 1) if hours > 0 else None,
+                       "stage_s_median": stage_medians(now)},
             "decontaminate": self.decontam,
             "dedupe": {"dropped": self.dedupe_dropped},
             "final": {"rows": sum(self.final.values())},
@@ -93,6 +97,19 @@ class RunStats:
         return rows
 
 
+def stage_medians(results: list[FilterResult]) -> dict[str, float]:
+    """Median seconds per rubric over the candidates that ran it, and of the worker's start-up
+    (wall time minus its rubrics): where a long run's time goes."""
+    def median(values: list[float]) -> float:
+        values = sorted(values)
+        return round(values[len(values) // 2], 2) if values else 0.0
+
+    out = {r: median([res.stage_s[r] for res in results if r in res.stage_s]) for r in RUBRICS}
+    out["worker_startup"] = median([res.wall_s - sum(res.stage_s.values()) for res in results
+                                    if res.stage_s and not res.worker_error])
+    return out
+
+
 def source_order(source: str) -> tuple[int, int]:
     lib, _, n = source.partition("#")
     return (0 if lib == "torch" else 1, int(n) if n.isdigit() else 99)
@@ -110,9 +127,11 @@ def markdown(summary: dict[str, Any]) -> str:
              f"| judged by the filter | {f['judged']} |", f"| accepted by all rubrics | {f['accepted']} |",
              f"| dropped by decontamination | {summary['decontaminate'].get('dropped', 'n/a')} |",
              f"| dropped as duplicates | {summary['dedupe']['dropped']} |", f"| final rows | {summary['final']['rows']} |",
-             "", f"Filter wall time {f['wall_s']} s; {f['candidates_per_hour']} candidates/h; "
-             f"{f['accepted_per_hour']} accepted/h.", "", "## Rubrics", "",
-             "| rubric | passed | failed | not run |", "|---|---|---|---|"]
+             "", f"Filter wall time {f['wall_s']} s for the {f['judged_now']} candidates judged by this run "
+             f"({f['accepted_now']} accepted): {f['candidates_per_hour']} candidates/h; "
+             f"{f['accepted_per_hour']} accepted/h.", "",
+             "Median seconds per candidate: " + ", ".join(f"{k} {v}" for k, v in f["stage_s_median"].items()) + ".",
+             "", "## Rubrics", "", "| rubric | passed | failed | not run |", "|---|---|---|---|"]
     lines += [f"| {r} | {v['passed']} | {v['failed']} | {v['not_run']} |" for r, v in f["rubrics"].items()]
     lines += ["", "## Rejection reasons (first failing rubric)", "", "| rubric | reason | count |", "|---|---|---|"]
     lines += [f"| {r} | {reason.replace('|', '/')} | {n} |" for r, reasons in f["rejection_reasons"].items()

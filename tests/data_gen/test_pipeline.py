@@ -37,11 +37,14 @@ def test_pipeline_writes_dataset_and_report_then_resumes(tmp_path):
         - report["dedupe"]["dropped"]
     assert all(r["data_source"].startswith("torch#") and r["composer"] == "offline" for r in rows)
     assert (out / "report.md").read_text().count("| torch#2 |") == 1
+    assert report["filter"]["judged_now"] == 3 and report["filter"]["stage_s_median"]["eager"] > 0
     if report["filter"]["accepted"]:
         assert (out / "runtime_hist.png").stat().st_size > 1000
     again = run_data_gen(out)
     assert again.returncode == 0, again.stderr[-3000:]
-    assert json.loads((out / "report.json").read_text())["filter"]["reused_from_earlier_run"] == 3
+    resumed = json.loads((out / "report.json").read_text())["filter"]
+    assert resumed["reused_from_earlier_run"] == 3 and resumed["judged_now"] == 0
+    assert resumed["accepted_per_hour"] == 0.0  # nothing judged now: the reused verdicts do not count
 
 
 def test_configs_match_the_code():
