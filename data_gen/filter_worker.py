@@ -60,17 +60,29 @@ def flat_tensors(out: Any) -> list[torch.Tensor]:
     raise RubricFailure(f"forward returned {type(out).__name__}, not a tensor or a tuple of tensors")
 
 
+# Elements compared at a time: float64 copies of whole GB-sized outputs, in 16 concurrent
+# workers, exhausted host memory (the kernel's OOM killer ended 32 of 209 candidates on an H200).
+COMPARE_CHUNK = 1 << 24
+
+
+def chunks(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return t.reshape(-1).split(COMPARE_CHUNK)
+
+
 def close(a: list[torch.Tensor], b: list[torch.Tensor], atol: float, rtol: float) -> bool:
     if len(a) != len(b):
         return False
     return all(x.shape == y.shape and x.dtype == y.dtype
-               and torch.allclose(x.double(), y.double(), atol=atol, rtol=rtol, equal_nan=True)
+               and all(torch.allclose(xc.double(), yc.double(), atol=atol, rtol=rtol, equal_nan=True)
+                       for xc, yc in zip(chunks(x), chunks(y)))
                for x, y in zip(a, b))
 
 
 def max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
-    return max(((x.double() - y.double()).abs().nan_to_num(0.0).max().item() if x.numel() else 0.0)
-               for x, y in zip(a, b)) if a and len(a) == len(b) else float("inf")
+    if not a or len(a) != len(b):
+        return float("inf")
+    return max([(xc.double() - yc.double()).abs().nan_to_num(0.0).max().item()
+                for x, y in zip(a, b) for xc, yc in zip(chunks(x), chunks(y))], default=0.0)
 
 
 class Candidate:
@@ -97,10 +109,12 @@ class Candidate:
         # same random stream and dropout or torch.rand in forward would look deterministic.
         torch.seed()
         with torch.no_grad():
-            outs = flat_tensors(fn(*inputs))
+            # Copies stay on the device (host memory is the scarcer one with many workers); a
+            # model may hand out the same buffer on every call, hence the copy.
+            outs = [t.clone() for t in flat_tensors(fn(*inputs))]
         if self.device.type == "cuda":
             torch.cuda.synchronize()
-        return [t.to("cpu", copy=True) for t in outs]
+        return outs
 
 
 class Filter:
@@ -133,6 +147,8 @@ class Filter:
             except RubricFailure as exc:
                 failed = True
                 self.verdict(rubric, False, str(exc))
+            except torch.OutOfMemoryError:
+                raise  # the load, not the candidate: main() reports it for a rerun
             except Exception as exc:  # the task's code raised: that is this rubric's failure
                 failed = True
                 self.verdict(rubric, False, short(exc))
@@ -143,6 +159,8 @@ class Filter:
     def check_eager(self) -> None:
         try:
             self.cand = Candidate(self.job)
+        except torch.OutOfMemoryError:
+            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
             raise RubricFailure(f"building Model failed: {short(exc)}") from None
         self.result["device"] = device_name(self.cand.device)
@@ -153,6 +171,8 @@ class Filter:
             self.outputs["a_again"] = self.cand.run(self.cand.model, seed_a)
         except RubricFailure:
             raise
+        except torch.OutOfMemoryError:
+            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
             raise RubricFailure(f"forward failed: {short(exc)}") from None
         self.result["output_shapes"] = [list(t.shape) for t in self.outputs["a"]]
@@ -189,6 +209,8 @@ class Filter:
         try:
             compiled = torch.compile(self.cand.model, backend=opts["backend"], mode=opts.get("mode") or None)
             out = self.cand.run(compiled, self.job["seeds"][0])
+        except torch.OutOfMemoryError:
+            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
             raise RubricFailure(f"torch.compile failed: {short(exc)}") from None
         tol = self.job["tolerances"]["compile"]
@@ -231,6 +253,10 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(job["timing"].get("cpu_threads", 1))
     try:
         Filter(job).run()
+    except torch.OutOfMemoryError as exc:  # the device is shared with concurrent candidates
+        write_json(Path(job["result_path"]).with_name("worker_error.json"),
+                   {"error": f"out of device memory, shared with concurrent candidates (judged again on resume): {short(exc)}"})
+        return 1
     except Exception:  # a harness bug, not a verdict: the parent reports it as such
         write_json(Path(job["result_path"]).with_name("worker_error.json"), {"error": traceback.format_exc()[-3000:]})
         return 1

@@ -122,3 +122,18 @@ def test_a_timeout_in_a_later_rubric_is_that_rubrics_failure(tmp_path):
     assert result.verdicts["runtime"]["passed"] is True
     assert result.first_failure == "compile"
     assert "timeout after 25 s" in result.verdicts["compile"]["reason"]
+
+
+def test_outputs_are_compared_chunk_by_chunk_to_the_last_element(monkeypatch):
+    import torch
+
+    from data_gen import filter_worker
+
+    monkeypatch.setattr(filter_worker, "COMPARE_CHUNK", 4)  # 10 elements: chunks of 4, 4, 2
+    a = torch.arange(10, dtype=torch.float32).reshape(2, 5)
+    b = a.clone()
+    assert filter_worker.close([a], [b], 1e-5, 1e-5) and filter_worker.max_diff([a], [b]) == 0.0
+    b[1, 4] += 0.5  # only in the last, short chunk
+    assert not filter_worker.close([a], [b], 1e-5, 1e-5)
+    assert filter_worker.max_diff([a], [b]) == pytest.approx(0.5)
+    assert not filter_worker.close([a], [a.reshape(5, 2)], 1e-5, 1e-5)  # same data, other shape
