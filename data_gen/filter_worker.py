@@ -40,6 +40,18 @@ class RubricFailure(Exception):
     """The candidate fails the current rubric; the message is the reported reason."""
 
 
+class OutOfDeviceMemory(Exception):
+    """The device, shared with concurrent candidates, ran out of memory: the load's fault, not
+    the candidate's, so no verdict; the pipeline judges it again on resume."""
+
+
+def raise_if_out_of_memory(exc: BaseException) -> None:
+    # CUDA reports it as OutOfMemoryError from the allocator, AcceleratorError from a kernel or
+    # context, or wrapped by get_inputs' harness: the text is what they share.
+    if isinstance(exc, torch.OutOfMemoryError) or "out of memory" in str(exc):
+        raise OutOfDeviceMemory(short(exc)) from exc
+
+
 def write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(payload))
@@ -147,9 +159,8 @@ class Filter:
             except RubricFailure as exc:
                 failed = True
                 self.verdict(rubric, False, str(exc))
-            except torch.OutOfMemoryError:
-                raise  # the load, not the candidate: main() reports it for a rerun
             except Exception as exc:  # the task's code raised: that is this rubric's failure
+                raise_if_out_of_memory(exc)
                 failed = True
                 self.verdict(rubric, False, short(exc))
             self.result["stage_s"][rubric] = round(time.perf_counter() - start, 3)
@@ -159,9 +170,8 @@ class Filter:
     def check_eager(self) -> None:
         try:
             self.cand = Candidate(self.job)
-        except torch.OutOfMemoryError:
-            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
+            raise_if_out_of_memory(exc)
             raise RubricFailure(f"building Model failed: {short(exc)}") from None
         self.result["device"] = device_name(self.cand.device)
         seed_a, seed_b = self.job["seeds"]
@@ -171,9 +181,8 @@ class Filter:
             self.outputs["a_again"] = self.cand.run(self.cand.model, seed_a)
         except RubricFailure:
             raise
-        except torch.OutOfMemoryError:
-            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
+            raise_if_out_of_memory(exc)
             raise RubricFailure(f"forward failed: {short(exc)}") from None
         self.result["output_shapes"] = [list(t.shape) for t in self.outputs["a"]]
 
@@ -209,9 +218,8 @@ class Filter:
         try:
             compiled = torch.compile(self.cand.model, backend=opts["backend"], mode=opts.get("mode") or None)
             out = self.cand.run(compiled, self.job["seeds"][0])
-        except torch.OutOfMemoryError:
-            raise  # the load, not the candidate: main() reports it for a rerun
         except Exception as exc:
+            raise_if_out_of_memory(exc)
             raise RubricFailure(f"torch.compile failed: {short(exc)}") from None
         tol = self.job["tolerances"]["compile"]
         if not close(out, self.outputs["a"], tol["atol"], tol["rtol"]):
@@ -253,9 +261,9 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(job["timing"].get("cpu_threads", 1))
     try:
         Filter(job).run()
-    except torch.OutOfMemoryError as exc:  # the device is shared with concurrent candidates
+    except OutOfDeviceMemory as exc:
         write_json(Path(job["result_path"]).with_name("worker_error.json"),
-                   {"error": f"out of device memory, shared with concurrent candidates (judged again on resume): {short(exc)}"})
+                   {"error": f"out of device memory, shared with concurrent candidates (judged again on resume): {exc}"})
         return 1
     except Exception:  # a harness bug, not a verdict: the parent reports it as such
         write_json(Path(job["result_path"]).with_name("worker_error.json"), {"error": traceback.format_exc()[-3000:]})

@@ -77,7 +77,8 @@ def crawl_transformers(families: Any) -> tuple[list, list, list[str]]:
         for name, cls in sorted(vars(module).items()):
             if not (inspect.isclass(cls) and issubclass(cls, torch.nn.Module) and cls.__module__ == module_name):
                 continue
-            spec_or_reason = standalone_spec(cls, module)
+            # An alias (PytorchGELUTanh = GELUTanh): the inlined source defines only the real name.
+            spec_or_reason = f"alias of {cls.__name__}" if name != cls.__name__ else standalone_spec(cls, module)
             if isinstance(spec_or_reason, str):
                 skipped.append(Skipped(name, "transformers", spec_or_reason))
             else:
@@ -314,23 +315,24 @@ def config_attributes(sources: list[str]) -> set[str]:
     return attrs
 
 
-def act2fn_lines(config: dict[str, Any], spec: HFStandalone) -> tuple[list[str], list[str]]:
-    """(extra sources, the ACT2FN line) for the activation names the config uses."""
+def act2fn_lines(config: dict[str, Any], spec: HFStandalone) -> tuple[list[str], list[str], list[str]]:
+    """(extra sources, their imports, the ACT2FN line) for the activation names the config uses."""
     from transformers.activations import ACT2CLS
 
-    extra, entries = [], []
+    extra, imports, entries = [], set(), []
     for value in sorted({v for v in config.values() if isinstance(v, str) and v in ACT2CLS}):
         target = ACT2CLS[value]
         cls, kwargs = target if isinstance(target, tuple) else (target, {})
         if cls.__module__.startswith("torch"):
             entries.append(f"{value!r}: nn.{cls.__name__}(**{kwargs!r})")
         else:
-            sources, _, _, unresolved = closure(cls)
+            sources, needed, _, unresolved = closure(cls)
             if unresolved:
                 raise ValueError(f"activation {value} depends on {sorted(unresolved)}")
             extra += [s for s in sources if s not in spec.sources and s not in extra]
+            imports.update(needed)  # e.g. functools for GELUTanh: without it the task cannot build
             entries.append(f"{value!r}: {cls.__name__}(**{kwargs!r})")
-    return extra, [f"ACT2FN = {{{', '.join(entries)}}}"]
+    return extra, sorted(imports), [f"ACT2FN = {{{', '.join(entries)}}}"]
 
 
 # ---------------------------------------------------------------- composing
@@ -366,9 +368,10 @@ def render_standalone(spec: HFStandalone, chain: Chain, hidden: int) -> str:
     config = literal_config(spec, hidden) if spec.takes_config else {}
     if config is None:
         raise ValueError("config values are not literals")
-    extra, act_lines = act2fn_lines(config, spec) if spec.needs_act2fn else ([], [])
+    extra, act_imports, act_lines = act2fn_lines(config, spec) if spec.needs_act2fn else ([], [], [])
     header = ("import torch", "import torch.nn as nn")
-    imports = ["from types import SimpleNamespace", *[i for i in spec.imports if i not in header]]
+    imports = ["from types import SimpleNamespace",
+               *[i for i in sorted({*spec.imports, *act_imports}) if i not in header]]
     preamble = "\n\n\n".join(["\n".join(imports), *extra, *spec.sources, *act_lines])
     args = []
     for key, value in use.kwargs.items():

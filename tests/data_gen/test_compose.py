@@ -42,9 +42,10 @@ def test_programs_parse_and_name_their_ops(composed):
         assert 1 <= len(cand.ops) <= 5
 
 
-def test_programs_run_in_a_separate_process(composed, tmp_path):
-    """Composed programs build and run (in a child process: synthesized code never runs here)."""
-    for cand in composed:
+def run_in_child(cands, tmp_path) -> dict:
+    """Build and run each program in a child process (synthesized code never runs here): path ->
+    output shape."""
+    for cand in cands:
         (tmp_path / f"{cand.id}.py").write_text(cand.code)
     script = (
         "import importlib.util, json, sys, torch\n"
@@ -59,7 +60,28 @@ def test_programs_run_in_a_separate_process(composed, tmp_path):
     files = sorted(str(p) for p in tmp_path.glob("*.py"))
     proc = subprocess.run([sys.executable, "-c", script, *files], capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert len(json.loads(proc.stdout)) == len(composed)
+    return json.loads(proc.stdout)
+
+
+def test_programs_run_in_a_separate_process(composed, tmp_path):
+    assert len(run_in_child(composed, tmp_path)) == len(composed)
+
+
+def test_every_standalone_transformers_task_runs(tmp_path):
+    """Each crawled transformers module inlines with all it needs: GemmaMLP's GELUTanh once lost
+    its functools import, and the task could not even build."""
+    pytest.importorskip("transformers")
+    from data_gen.compose import Candidate
+    from data_gen.hf_ops import compose_standalone
+
+    ops = crawl(["llama", "gemma", "gpt2", "bert"], with_transformers=True).usable("transformers")
+    assert "GemmaMLP" in {op.name for op in ops}
+    sizing = Sizing(target_ms=(0.05, 5.0), max_tensor_mb=8.0, max_param_mb=64.0, max_batch=64)  # MLPs fit
+    cands = [compose_standalone(Candidate(f"hf-{i}", i, "offline", 0), op, random.Random(i), sizing)
+             for i, op in enumerate(ops)]
+    made = [c for c in cands if not c.error]
+    assert "GemmaMLP" in {c.ops[0] for c in made}
+    assert len(run_in_child(made, tmp_path)) == len(made)
 
 
 def test_default_mix_is_mostly_two_ops():

@@ -36,6 +36,11 @@ PROGRAMS = {
     "compile_differs": (program("if torch.compiler.is_compiling():\n    return x * 3\nreturn x * 2"), "compile",
                         "differs from eager"),
     "crash": (program("os._exit(3)"), "eager", "exited with code 3"),
+    # Out of device memory (the allocator's error; a kernel's, as the text): the load, not the task.
+    "device_oom": (program("raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')"),
+                   "eager", "out of device memory"),
+    "device_oom_in_init": (program("return x", "raise RuntimeError('CUDA error: out of memory')"), "eager",
+                           "out of device memory"),
 }
 
 CFG = FilterConfig(window_ms=(0.0, 100.0), workers=2, timeout_s=180.0, isolate=False,
@@ -67,6 +72,12 @@ def test_rubric_rejects_for_the_right_reason(verdicts, name):
     # later rubrics were not run: they are reported as such, not as passes
     later = list(result.verdicts)[list(result.verdicts).index(rubric) + 1:]
     assert all(result.verdicts[r]["passed"] is None for r in later)
+
+
+def test_out_of_device_memory_is_a_worker_error_judged_again_on_resume(verdicts):
+    for name in ("device_oom", "device_oom_in_init"):
+        assert "out of device memory" in verdicts[name].worker_error  # load_previous skips these
+    assert verdicts["forward_raises"].worker_error == ""  # an ordinary failure stays a verdict
 
 
 def test_hanging_candidate_is_killed_at_the_timeout(tmp_path):
