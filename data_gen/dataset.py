@@ -5,7 +5,8 @@ Columns shared with CUDA-Agent-Ops-6K: ``code`` (the task program), ``ops`` (ope
 fared in the filter, so a training run can be traced back to a synthesis run.
 
     from data_gen.dataset import load_tasks
-    rows = load_tasks("data/tasks.parquet")   # or the released set's parquet file / directory
+    rows = load_tasks()                         # the embedded set, data/ops_h200/tasks.parquet
+    rows = load_tasks("outputs/data_gen/tasks.parquet")  # a run of ours, or the released set
     rows[0]["code"], rows[0]["ops"], rows[0]["data_source"]
 """
 from __future__ import annotations
@@ -22,6 +23,9 @@ import pyarrow.parquet as pq
 from .decontaminate import strip_docstrings
 
 REQUIRED_COLUMNS = ("code", "ops", "data_source")
+# The embedded default training set: 857 tasks synthesized and filtered on an H200 with the
+# offline composer and the gpu profile (how, and its report: data/ops_h200/README.md).
+DEFAULT_TASKS = Path(__file__).resolve().parent.parent / "data" / "ops_h200" / "tasks.parquet"
 
 SCHEMA = pa.schema([
     ("code", pa.string()),
@@ -49,7 +53,9 @@ def normalized_hash(code: str) -> str:
     """Hash of the program's structure: docstrings, comments and formatting do not count, so
     two composers writing the same task differently only in prose are duplicates."""
     try:
-        key = ast.dump(strip_docstrings(ast.parse(code)), annotate_fields=False)
+        # unparse, not ast.dump: the dump's fields change between Python versions (3.12 added
+        # type_params), so the same program hashed differently on 3.11 and 3.12.
+        key = ast.unparse(strip_docstrings(ast.parse(code)))
     except SyntaxError:
         key = code
     return hashlib.sha256(key.encode()).hexdigest()
@@ -82,9 +88,10 @@ def encode(name: str, value: Any) -> Any:
     return value
 
 
-def load_tasks(path: str | Path) -> list[dict[str, Any]]:
+def load_tasks(path: str | Path = DEFAULT_TASKS) -> list[dict[str, Any]]:
     """Rows of our parquet files or of the released CUDA-Agent-Ops-6K (file or directory of
-    parquet files). Every row has code (str), ops (list of str) and data_source (str)."""
+    parquet files); by default the embedded set. Every row has code (str), ops (list of str)
+    and data_source (str)."""
     path = Path(path)
     files = sorted(path.rglob("*.parquet")) if path.is_dir() else [path]
     if not files or not files[0].exists():

@@ -263,7 +263,7 @@ def main(argv: list[str]) -> int:
         Filter(job).run()
     except OutOfDeviceMemory as exc:
         write_json(Path(job["result_path"]).with_name("worker_error.json"),
-                   {"error": f"out of device memory, shared with concurrent candidates (judged again on resume): {exc}"})
+                   {"error": f"out of device memory, shared with concurrent candidates: {str(exc)[:160]}"})
         return 1
     except Exception:  # a harness bug, not a verdict: the parent reports it as such
         write_json(Path(job["result_path"]).with_name("worker_error.json"), {"error": traceback.format_exc()[-3000:]})

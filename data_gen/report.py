@@ -44,9 +44,17 @@ class RunStats:
     dedupe_dropped: int = 0
     final: Counter = field(default_factory=Counter)
 
+    def verdicts(self) -> list[FilterResult]:
+        """Results that are verdicts; a worker error (timeout, crash, device out of memory) is
+        not one: a resumed run judges that candidate again."""
+        return [r for r in self.filter_results if not r.worker_error]
+
+    def worker_errors(self) -> dict[str, int]:
+        return dict(Counter(reason_class(r.worker_error) for r in self.filter_results if r.worker_error).most_common(8))
+
     def rubric_table(self) -> dict[str, dict[str, int]]:
         table = {r: {"passed": 0, "failed": 0, "not_run": 0} for r in RUBRICS}
-        for res in self.filter_results:
+        for res in self.verdicts():
             for rubric in RUBRICS:
                 passed = res.verdicts.get(rubric, {}).get("passed")
                 table[rubric]["passed" if passed else "failed" if passed is False else "not_run"] += 1
@@ -54,7 +62,7 @@ class RunStats:
 
     def rejection_reasons(self) -> dict[str, dict[str, int]]:
         out: dict[str, Counter] = {}
-        for res in self.filter_results:
+        for res in self.verdicts():
             rubric = res.first_failure
             if rubric:
                 out.setdefault(rubric, Counter())[reason_class(res.verdicts[rubric]["reason"])] += 1
@@ -71,7 +79,9 @@ class RunStats:
             "crawl": self.crawl,
             "compose": {"composed": sum(self.composed.values()), "failed": sum(self.compose_errors.values()),
                         "errors": dict(self.compose_errors.most_common(10))},
-            "filter": {"judged": len(self.filter_results), "reused_from_earlier_run": self.reused,
+            "filter": {"judged": len(self.verdicts()), "reused_from_earlier_run": self.reused,
+                       "worker_errors": self.worker_errors(),
+                       "not_reached": sum(self.composed.values()) - len(self.filter_results),
                        "accepted": accepted, "rubrics": self.rubric_table(),
                        "rejection_reasons": self.rejection_reasons(), "wall_s": round(self.filter_wall_s, 1),
                        "judged_now": len(now), "accepted_now": sum(r.accepted for r in now),
@@ -124,18 +134,21 @@ def markdown(summary: dict[str, Any]) -> str:
              f"| crawled transformers ops usable / found | {summary['crawl'].get('transformers', {}).get('usable')} / "
              f"{summary['crawl'].get('transformers', {}).get('found')} |",
              f"| composed (failed) | {summary['compose']['composed']} ({summary['compose']['failed']}) |",
-             f"| judged by the filter | {f['judged']} |", f"| accepted by all rubrics | {f['accepted']} |",
+             f"| judged by the filter | {f['judged']} |",
+             f"| left for a rerun (worker error: timeout, crash, device memory) | {sum(f['worker_errors'].values())} |",
+             f"| left for a rerun (not reached within the time budget) | {f['not_reached']} |",
+             f"| accepted by all rubrics | {f['accepted']} |",
              f"| dropped by decontamination | {summary['decontaminate'].get('dropped', 'n/a')} |",
              f"| dropped as duplicates | {summary['dedupe']['dropped']} |", f"| final rows | {summary['final']['rows']} |",
-             "", f"Filter wall time {f['wall_s']} s for the {f['judged_now']} candidates judged by this run "
-             f"({f['accepted_now']} accepted): {f['candidates_per_hour']} candidates/h; "
-             f"{f['accepted_per_hour']} accepted/h.", "",
-             "Median seconds per candidate: " + ", ".join(f"{k} {v}" for k, v in f["stage_s_median"].items()) + ".",
-             "", "## Rubrics", "", "| rubric | passed | failed | not run |", "|---|---|---|---|"]
+             "", throughput_line(f), "", "## Rubrics", "", "| rubric | passed | failed | not run |",
+             "|---|---|---|---|"]
     lines += [f"| {r} | {v['passed']} | {v['failed']} | {v['not_run']} |" for r, v in f["rubrics"].items()]
     lines += ["", "## Rejection reasons (first failing rubric)", "", "| rubric | reason | count |", "|---|---|---|"]
     lines += [f"| {r} | {reason.replace('|', '/')} | {n} |" for r, reasons in f["rejection_reasons"].items()
               for reason, n in reasons.items()]
+    if f["worker_errors"]:
+        lines += ["", "## Worker errors (no verdict; judged again on resume)", "", "| cause | count |", "|---|---|"]
+        lines += [f"| {cause.replace('|', '/')} | {n} |" for cause, n in f["worker_errors"].items()]
     lines += ["", "## Composition", "", "| data_source | paper % | composed | accepted | final | final % |",
               "|---|---|---|---|---|---|"]
     lines += [f"| {row['data_source']} | {row['paper_pct'] if row['paper_pct'] is not None else '-'} | "
@@ -146,6 +159,15 @@ def markdown(summary: dict[str, Any]) -> str:
     if notes:
         lines += ["", "## Notes", ""] + [f"- {n}" for n in notes]
     return "\n".join(lines) + "\n"
+
+
+def throughput_line(f: dict[str, Any]) -> str:
+    if not f["judged_now"]:
+        return "No candidate was judged by this run: every verdict was reused from earlier chunks."
+    return (f"Filter wall time {f['wall_s']} s for the {f['judged_now']} candidates judged by this run "
+            f"({f['accepted_now']} accepted): {f['candidates_per_hour']} candidates/h; {f['accepted_per_hour']} "
+            "accepted/h.\n\nMedian seconds per candidate: "
+            + ", ".join(f"{k} {v}" for k, v in f["stage_s_median"].items()) + ".")
 
 
 def runtime_histogram(results: list[FilterResult], window_ms: tuple[float, float], path: Path) -> Optional[Path]:

@@ -50,3 +50,12 @@ def test_missing_columns_and_paths_are_clear_errors(tmp_path):
         load_tasks(tmp_path / "bad.parquet")
     with pytest.raises(FileNotFoundError):
         load_tasks(tmp_path / "missing.parquet")
+
+
+def test_the_dedupe_hash_is_the_same_on_every_python_version():
+    """Computed on Python 3.11, 3.12 and 3.13 alike (ast.dump's output differs between them, so
+    a hash of the dump would make the same program two rows on different machines)."""
+    from data_gen.dataset import normalized_hash
+
+    assert normalized_hash("class Model:\n    '''doc'''\n    x = 1  # c\n") == (
+        "fe0e46919ad44153f939d9c70add45a93aa3492677f9520e1eef05daff9a5533")
