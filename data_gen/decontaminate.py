@@ -12,11 +12,19 @@ The similarity measure (docs/data_gen.md has the rationale):
    calling the same APIs in the same order; renaming variables or changing sizes does not lower it.
 A candidate is dropped when its maximum similarity over the benchmark exceeds the threshold
 (0.9, the paper's). quick_ratio() bounds ratio() from above and prunes most pairs cheaply.
+
+A dataset made without a benchmark at hand (the embedded one was) is decontaminated later with:
+
+    python -m data_gen.decontaminate data/ops_h200/tasks.parquet --benchmark-dir KernelBench/KernelBench \
+        --summary data/ops_h200/decontamination.json
 """
 from __future__ import annotations
 
+import argparse
 import ast
 import difflib
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional
@@ -124,3 +132,48 @@ class Benchmark:
 def contaminated(sources: Iterable[str], benchmark: Benchmark, threshold: float = 0.9) -> list[Match]:
     """One Match per source; a source is contaminated when ``match.similarity > threshold``."""
     return [benchmark.closest(source, threshold) for source in sources]
+
+
+def decontaminate_dataset(dataset: str | Path, benchmark_dir: str | Path, threshold: float = 0.9,
+                          out: str | Path | None = None, pattern: str = "*.py") -> dict:
+    """Drop the rows of a parquet dataset of ours that are too close to a benchmark program; the
+    kept rows get fresh decontam_similarity / decontam_closest. Writes ``out`` (default: in
+    place); returns what was checked and every dropped row's id, closest program and score."""
+    from .dataset import load_tasks, write_dataset
+    from .pipeline import decontaminate_rows
+    from .report import RunStats
+
+    rows, stats = load_tasks(dataset), RunStats()
+    kept = decontaminate_rows(rows, {"benchmark_dir": str(benchmark_dir), "pattern": pattern,
+                                     "threshold": threshold, "progress": True}, stats)
+    kept_ids = {id(row) for row in kept}
+    dropped = [{"id": r.get("id"), "closest": r["decontam_closest"], "similarity": r["decontam_similarity"]}
+               for r in rows if id(r) not in kept_ids]
+    write_dataset(kept, out or dataset)
+    summary = {k: v for k, v in stats.decontam.items() if k != "dropped_examples"}
+    return {**summary, "kept": len(kept), "max_similarity_kept": max((r["decontam_similarity"] for r in kept), default=0.0),
+            "dropped_rows": dropped}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m data_gen.decontaminate", description=__doc__.split("\n")[0])
+    parser.add_argument("dataset", help="parquet file written by data_gen")
+    parser.add_argument("--benchmark-dir", required=True, help="directory searched recursively, e.g. KernelBench/KernelBench")
+    parser.add_argument("--threshold", type=float, default=0.9, help="drop above this similarity")
+    parser.add_argument("--out", help="where to write the kept rows (default: the dataset, in place)")
+    parser.add_argument("--summary", help="also write the summary as JSON here")
+    args = parser.parse_args(argv)
+    try:
+        summary = decontaminate_dataset(args.dataset, args.benchmark_dir, args.threshold, args.out)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    text = json.dumps(summary, indent=1)
+    if args.summary:
+        Path(args.summary).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -92,3 +92,35 @@ def test_benchmark_dir_drops_near_copies_only(tmp_path):
 def test_missing_benchmark_dir_is_a_clear_error(tmp_path):
     with pytest.raises(FileNotFoundError, match="benchmark directory not found"):
         Benchmark.from_dir(tmp_path / "nope")
+
+
+def test_a_written_dataset_is_decontaminated_afterwards(tmp_path):
+    """The CLI drops the near-copy row of a parquet dataset, keeps the other with its score, and
+    names what it dropped."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from data_gen.dataset import load_tasks, write_dataset
+
+    bench = tmp_path / "bench" / "level2"
+    bench.mkdir(parents=True)
+    (bench / "1_Conv2d_GELU_GroupNorm.py").write_text(BENCH)
+    rows = [{"code": NEAR_COPIES["renamed"], "ops": ["Conv2d", "GELU", "GroupNorm"], "data_source": "torch#3", "id": "near"},
+            {"code": UNRELATED["matmul_sum"], "ops": ["Linear"], "data_source": "torch#1", "id": "far"}]
+    data = write_dataset(rows, tmp_path / "tasks.parquet")
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, "-m", "data_gen.decontaminate", str(data), "--benchmark-dir",
+                           str(tmp_path / "bench"), "--summary", str(tmp_path / "d.json")],
+                          cwd=root, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((tmp_path / "d.json").read_text())
+    assert summary["benchmark_programs"] == 1 and summary["checked"] == 2 and summary["kept"] == 1
+    assert [d["id"] for d in summary["dropped_rows"]] == ["near"]
+    assert summary["dropped_rows"][0]["closest"] == "level2/1_Conv2d_GELU_GroupNorm.py"
+    (kept,) = load_tasks(data)
+    assert kept["id"] == "far" and kept["decontam_similarity"] < 0.9 and kept["decontam_closest"]
+    missing = subprocess.run([sys.executable, "-m", "data_gen.decontaminate", str(data), "--benchmark-dir",
+                              str(tmp_path / "nowhere")], cwd=root, capture_output=True, text=True, timeout=120)
+    assert missing.returncode == 2 and "benchmark directory not found" in missing.stderr
