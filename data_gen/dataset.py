@@ -23,8 +23,8 @@ import pyarrow.parquet as pq
 from .decontaminate import strip_docstrings
 
 REQUIRED_COLUMNS = ("code", "ops", "data_source")
-# The embedded default training set: 857 tasks synthesized and filtered on an H200 with the
-# offline composer and the gpu profile (how, and its report: data/ops_h200/README.md).
+# The embedded default training set: 851 tasks synthesized and filtered on an H200 with the
+# offline composer and the gpu profile, decontaminated against KernelBench (data/ops_h200/README.md).
 DEFAULT_TASKS = Path(__file__).resolve().parent.parent / "data" / "ops_h200" / "tasks.parquet"
 
 SCHEMA = pa.schema([

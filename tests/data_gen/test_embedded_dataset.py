@@ -11,7 +11,11 @@ def test_the_embedded_set_is_the_default_and_holds_at_least_500_tasks():
     rows = load_tasks()
     assert DEFAULT_TASKS.exists() and len(rows) >= 500
     report = json.loads((DEFAULT_TASKS.parent / "report.json").read_text())
-    assert report["final"]["rows"] == len(rows)
+    decontam = json.loads((DEFAULT_TASKS.parent / "decontamination.json").read_text())
+    assert report["final"]["rows"] - len(decontam["dropped_rows"]) == decontam["kept"] == len(rows)
+    dropped = {d["id"] for d in decontam["dropped_rows"]}
+    assert not dropped & {row["id"] for row in rows}  # decontaminated against KernelBench levels 1-3
+    assert decontam["benchmark_programs"] >= 250 and all(row["decontam_similarity"] <= 0.9 for row in rows)
 
 
 def test_every_task_is_wellformed_accepted_and_in_the_window():
