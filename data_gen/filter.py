@@ -16,14 +16,14 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
 from sandbox.judge import ISOLATION_PREFIX, descendants, describe_exit, namespaces_available
 
 from .compose import Candidate
-from .filter_worker import RUBRICS
+from .filter_worker import OUT_OF_DEVICE_MEMORY, RUBRICS
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOG_TAIL_CHARS = 2000
@@ -65,6 +65,9 @@ class FilterConfig:
     host_memory_limit_gb: float = 32.0
     # Inductor's parallel-compile threads per worker (1: many workers already share the CPUs).
     inductor_compile_threads: int = 1
+    # Candidates that ran out of device memory are judged once more at the end, this many at a
+    # time (0: left for a rerun); big tasks sharing one GPU run it out, not any one task.
+    oom_retry_workers: int = 4
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "FilterConfig":
@@ -142,6 +145,8 @@ def filter_one(cand: Candidate, cfg: FilterConfig, work_dir: Path, gpu: Optional
     cand_dir = work_dir / cand.id
     cand_dir.mkdir(parents=True, exist_ok=True)
     task_path, result_path = cand_dir / "task.py", cand_dir / "result.json"
+    for stale in (result_path, cand_dir / "worker_error.json"):  # an earlier attempt's (a rerun, a retry)
+        stale.unlink(missing_ok=True)
     task_path.write_text(cand.code)
     lock = str(work_dir / f"timing-{cfg.device}{'' if gpu is None else gpu}.lock")
     job_path = cand_dir / "job.json"
@@ -201,9 +206,10 @@ def collect(cand_id: str, cand_dir: Path, error: str, wall_s: float) -> FilterRe
 
 def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: Path,
                       deadline: Optional[float] = None) -> Iterator[FilterResult]:
-    """Judge every candidate, ``cfg.workers`` at a time; yields results as they finish. At
-    ``deadline`` (time.monotonic()) candidates still in flight are stopped and, like those not
-    started, yield nothing: a rerun judges them."""
+    """Judge every candidate, ``cfg.workers`` at a time; yields results as they finish. Those
+    that ran out of device memory are judged again at the end, ``cfg.oom_retry_workers`` at a
+    time. At ``deadline`` (time.monotonic()) candidates still in flight are stopped and, like
+    those not started, yield nothing: a rerun judges them."""
     work_dir.mkdir(parents=True, exist_ok=True)
     gpus = list(cfg.devices) or [0]
     slots: "queue.Queue[Optional[int]]" = queue.Queue()
@@ -217,11 +223,20 @@ def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: P
         finally:
             slots.put(gpu)
 
+    cands, out_of_memory = list(cands), []
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         futures = [pool.submit(run, c) for c in cands]
         for future in as_completed(futures):
             if deadline is not None and time.monotonic() > deadline:
                 for pending in futures:
                     pending.cancel()  # only those not started yet; they yield nothing
-            if not future.cancelled() and future.result() is not None:
+            if future.cancelled() or future.result() is None:
+                continue
+            if cfg.oom_retry_workers > 0 and OUT_OF_DEVICE_MEMORY in future.result().worker_error:
+                out_of_memory.append(future.result().id)
+            else:
                 yield future.result()
+    if out_of_memory:
+        again = [c for c in cands if c.id in set(out_of_memory)]
+        yield from filter_candidates(again, replace(cfg, workers=cfg.oom_retry_workers, oom_retry_workers=0),
+                                     work_dir, deadline)

@@ -45,6 +45,10 @@ class OutOfDeviceMemory(Exception):
     the candidate's, so no verdict; the pipeline judges it again on resume."""
 
 
+# The worker error of a candidate that ran out of device memory starts with this.
+OUT_OF_DEVICE_MEMORY = "out of device memory"
+
+
 def raise_if_out_of_memory(exc: BaseException) -> None:
     # CUDA reports it as OutOfMemoryError from the allocator, AcceleratorError from a kernel or
     # context, or wrapped by get_inputs' harness: the text is what they share.
@@ -263,7 +267,7 @@ def main(argv: list[str]) -> int:
         Filter(job).run()
     except OutOfDeviceMemory as exc:
         write_json(Path(job["result_path"]).with_name("worker_error.json"),
-                   {"error": f"out of device memory, shared with concurrent candidates: {str(exc)[:160]}"})
+                   {"error": f"{OUT_OF_DEVICE_MEMORY}, shared with concurrent candidates: {str(exc)[:160]}"})
         return 1
     except Exception:  # a harness bug, not a verdict: the parent reports it as such
         write_json(Path(job["result_path"]).with_name("worker_error.json"), {"error": traceback.format_exc()[-3000:]})

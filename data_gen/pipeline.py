@@ -86,7 +86,7 @@ def compose_all(composer, indices: list[int], workers: int, progress: bool) -> l
 
 # Filter settings that place or bound the work (how many at once, on which GPUs, how long one
 # may take) but do not judge: changing them between chunks of a long run keeps the verdicts.
-EXECUTION_SETTINGS = {"workers", "devices", "timeout_s"}
+EXECUTION_SETTINGS = {"workers", "devices", "timeout_s", "oom_retry_workers"}
 
 
 def filter_key(code: str, filter_cfg: FilterConfig) -> str:

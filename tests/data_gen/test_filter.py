@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -78,6 +79,19 @@ def test_out_of_device_memory_is_a_worker_error_judged_again_on_resume(verdicts)
     for name in ("device_oom", "device_oom_in_init"):
         assert "out of device memory" in verdicts[name].worker_error  # load_previous skips these
     assert verdicts["forward_raises"].worker_error == ""  # an ordinary failure stays a verdict
+
+
+def test_out_of_device_memory_is_judged_again_with_fewer_workers(tmp_path):
+    """Out of memory on the first attempt only (as when big neighbours hold the GPU): the retry
+    at the end gives the task its verdict; with retries off it stays a worker error."""
+    code = program("if not os.path.exists('tried'):\n    open('tried', 'w').close()\n"
+                   "    raise torch.OutOfMemoryError('CUDA out of memory. Tried to allocate 2.00 GiB')\n"
+                   "return torch.tanh(x @ x.t())")
+    cands = [Candidate("oom_once", 0, "handmade", 0, code=code)]
+    (retried,) = list(filter_candidates(cands, CFG, tmp_path / "retry"))
+    assert retried.accepted and not retried.worker_error
+    (left,) = list(filter_candidates(cands, replace(CFG, oom_retry_workers=0), tmp_path / "no_retry"))
+    assert not left.accepted and "out of device memory" in left.worker_error
 
 
 def test_hanging_candidate_is_killed_at_the_timeout(tmp_path):
