@@ -16,7 +16,8 @@ Launch lines:
   CPU:    python benchmarks/bench_pool.py --backend cpu --n 24 --sequential 2 --out pool_cpu.json
   1 GPU:  python benchmarks/bench_pool.py --backend cuda --n 48 --sequential 3 --out pool_cuda.json
   N GPUs: python benchmarks/bench_pool.py --backend cuda --n 48 --sequential 0 --devices-sweep 1,2 \\
-              --out pool_multi.json      (lanes = the first k entries of CUDA_VISIBLE_DEVICES)
+              --fixed 16 --fixed-elements 268435456 --out pool_multi.json
+              (lanes = the first k entries of CUDA_VISIBLE_DEVICES; the fixed kernel ~1 ms)
 """
 from __future__ import annotations
 
@@ -44,6 +45,17 @@ EXAMPLES = ROOT / "examples"
 TASK = EXAMPLES / "tasks" / "relu_add.py"
 THREADS = (128, 256, 512, 1024)
 GRID_CAPS = (4, 8, 16, 32)
+
+
+def scaled_task(elements: int, dest: Path) -> Path:
+    """relu_add over ``elements`` floats per input, for the fixed kernel: at the default 4M it
+    runs ~35 us and is launch-bound, so its spread follows host load and hides any cross-GPU
+    effect; at 256M (~1 ms on an H200) the device's own time dominates."""
+    text = TASK.read_text()
+    if "N = 1 << 22" not in text:
+        raise SystemExit(f"{TASK} no longer sets N = 1 << 22; update scaled_task")
+    dest.write_text(text.replace("N = 1 << 22", f"N = {elements}"))
+    return dest
 
 
 def workspace_variant(backend: str, index: int, dest: Path) -> Path:
@@ -96,7 +108,8 @@ class GpuSampler:
         return statistics.mean(self.samples) if self.samples else None
 
 
-def run_pool(cfg: SandboxConfig, solutions: list[Path], devices: list[str], fixed: list[Path]) -> dict:
+def run_pool(cfg: SandboxConfig, solutions: list[Path], devices: list[str], fixed: list[Path],
+             fixed_task: Path = TASK) -> dict:
     from tqdm import tqdm
 
     pool = SandboxPool(cfg, devices=devices)
@@ -105,7 +118,7 @@ def run_pool(cfg: SandboxConfig, solutions: list[Path], devices: list[str], fixe
     pool.lanes.busy_s.clear()
     pool.lanes.build_s = 0.0
     requests = [EvalRequest(f"v{i}", TASK, s) for i, s in enumerate(solutions[1:], start=1)]
-    requests += [EvalRequest(f"fixed{i}", TASK, s) for i, s in enumerate(fixed)]
+    requests += [EvalRequest(f"fixed{i}", fixed_task, s) for i, s in enumerate(fixed)]
     sampler = GpuSampler(devices)
     start = time.monotonic()
     results = []
@@ -199,6 +212,8 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=48, help="distinct solutions through the pool (>= 24)")
     parser.add_argument("--sequential", type=int, default=3, help="solutions through the sequential loop")
     parser.add_argument("--fixed", type=int, default=8, help="judgements of one fixed kernel (timing spread)")
+    parser.add_argument("--fixed-elements", type=int, default=1 << 22,
+                        help="floats per input of the fixed kernel's task (1<<28: ~1 ms on an H200)")
     parser.add_argument("--devices-sweep", default="", help="e.g. 1,2: pool runs on the first k devices")
     parser.add_argument("--form", choices=["workspace", "inline"], default="workspace",
                         help="solution form sent through the pool")
@@ -213,12 +228,14 @@ def main() -> None:
     sweep = [int(k) for k in args.devices_sweep.split(",") if k] or [len(devices)]
     report: dict = {"backend": args.backend, "form": args.form, "n": args.n, "pool": []}
     offset = 0
+    fixed_task = TASK if args.fixed_elements == 1 << 22 else scaled_task(args.fixed_elements, work / "relu_add_fixed.py")
+    report["fixed_elements"] = args.fixed_elements
     for k in sweep:
         cfg = SandboxConfig(backend=args.backend, cache_dir=str(work / f"cache-{k}"), lane_cpus=args.lane_cpus)
         solutions = [make(args.backend, offset + i, work / f"sol{offset + i}{suffix}") for i in range(args.n + 1)]
         fixed = [solutions[1]] * args.fixed
         offset += args.n + 1
-        result = run_pool(cfg, solutions, devices[:k], fixed)
+        result = run_pool(cfg, solutions, devices[:k], fixed, fixed_task)
         print(json.dumps({key: v for key, v in result.items() if key != "runtime_us"}, indent=1), file=sys.stderr)
         report["pool"].append(result)
     if args.sequential:
