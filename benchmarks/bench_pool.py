@@ -45,6 +45,8 @@ EXAMPLES = ROOT / "examples"
 TASK = EXAMPLES / "tasks" / "relu_add.py"
 THREADS = (128, 256, 512, 1024)
 GRID_CAPS = (4, 8, 16, 32)
+# Floats per input in relu_add.py as written (N = 1 << 22).
+TASK_ELEMENTS = 1 << 22
 
 
 def scaled_task(elements: int, dest: Path) -> Path:
@@ -53,7 +55,7 @@ def scaled_task(elements: int, dest: Path) -> Path:
     effect; at 256M (~1 ms on an H200) the device's own time dominates."""
     text = TASK.read_text()
     if "N = 1 << 22" not in text:
-        raise SystemExit(f"{TASK} no longer sets N = 1 << 22; update scaled_task")
+        raise SystemExit(f"{TASK} no longer sets N = 1 << 22; update scaled_task and TASK_ELEMENTS")
     dest.write_text(text.replace("N = 1 << 22", f"N = {elements}"))
     return dest
 
@@ -212,7 +214,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=48, help="distinct solutions through the pool (>= 24)")
     parser.add_argument("--sequential", type=int, default=3, help="solutions through the sequential loop")
     parser.add_argument("--fixed", type=int, default=8, help="judgements of one fixed kernel (timing spread)")
-    parser.add_argument("--fixed-elements", type=int, default=1 << 22,
+    parser.add_argument("--fixed-elements", type=int, default=TASK_ELEMENTS,
                         help="floats per input of the fixed kernel's task (1<<28: ~1 ms on an H200)")
     parser.add_argument("--devices-sweep", default="", help="e.g. 1,2: pool runs on the first k devices")
     parser.add_argument("--form", choices=["workspace", "inline"], default="workspace",
@@ -228,7 +230,7 @@ def main() -> None:
     sweep = [int(k) for k in args.devices_sweep.split(",") if k] or [len(devices)]
     report: dict = {"backend": args.backend, "form": args.form, "n": args.n, "pool": []}
     offset = 0
-    fixed_task = TASK if args.fixed_elements == 1 << 22 else scaled_task(args.fixed_elements, work / "relu_add_fixed.py")
+    fixed_task = TASK if args.fixed_elements == TASK_ELEMENTS else scaled_task(args.fixed_elements, work / "relu_add_fixed.py")
     report["fixed_elements"] = args.fixed_elements
     for k in sweep:
         cfg = SandboxConfig(backend=args.backend, cache_dir=str(work / f"cache-{k}"), lane_cpus=args.lane_cpus)

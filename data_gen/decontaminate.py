@@ -134,25 +134,39 @@ def contaminated(sources: Iterable[str], benchmark: Benchmark, threshold: float 
     return [benchmark.closest(source, threshold) for source in sources]
 
 
+def decontaminate_rows(rows: list[dict], benchmark_dir: str | Path, threshold: float = 0.9,
+                       pattern: str = "*.py", progress: bool = True) -> tuple[list[dict], list[dict], dict]:
+    """(kept, dropped, summary): rows whose code is more similar than ``threshold`` to a program
+    under ``benchmark_dir`` are dropped; every row gets decontam_similarity / decontam_closest."""
+    from tqdm import tqdm
+
+    benchmark = Benchmark.from_dir(benchmark_dir, pattern)
+    if not len(benchmark):
+        raise ValueError(f"no programs with a Model class under benchmark_dir {benchmark_dir}")
+    kept, dropped = [], []
+    for row in tqdm(rows, desc="decontaminate", unit="task", disable=not progress):
+        match = benchmark.closest(row["code"], threshold)
+        row["decontam_similarity"], row["decontam_closest"] = round(match.similarity, 4), match.closest
+        (dropped if match.similarity > threshold else kept).append(row)
+    summary = {"benchmark_dir": str(benchmark_dir), "benchmark_programs": len(benchmark), "threshold": threshold,
+               "checked": len(rows), "dropped": len(dropped),
+               "dropped_examples": [(r["id"], r["decontam_closest"], r["decontam_similarity"]) for r in dropped[:10]]}
+    return kept, dropped, summary
+
+
 def decontaminate_dataset(dataset: str | Path, benchmark_dir: str | Path, threshold: float = 0.9,
                           out: str | Path | None = None, pattern: str = "*.py") -> dict:
-    """Drop the rows of a parquet dataset of ours that are too close to a benchmark program; the
-    kept rows get fresh decontam_similarity / decontam_closest. Writes ``out`` (default: in
-    place); returns what was checked and every dropped row's id, closest program and score."""
+    """Decontaminate a parquet dataset of ours already written: writes the kept rows to ``out``
+    (default: in place) and returns the summary with every dropped row's id, closest program and
+    score."""
     from .dataset import load_tasks, write_dataset
-    from .pipeline import decontaminate_rows
-    from .report import RunStats
 
-    rows, stats = load_tasks(dataset), RunStats()
-    kept = decontaminate_rows(rows, {"benchmark_dir": str(benchmark_dir), "pattern": pattern,
-                                     "threshold": threshold, "progress": True}, stats)
-    kept_ids = {id(row) for row in kept}
-    dropped = [{"id": r.get("id"), "closest": r["decontam_closest"], "similarity": r["decontam_similarity"]}
-               for r in rows if id(r) not in kept_ids]
+    kept, dropped, summary = decontaminate_rows(load_tasks(dataset), benchmark_dir, threshold, pattern)
     write_dataset(kept, out or dataset)
-    summary = {k: v for k, v in stats.decontam.items() if k != "dropped_examples"}
+    del summary["dropped_examples"]  # all of them follow
     return {**summary, "kept": len(kept), "max_similarity_kept": max((r["decontam_similarity"] for r in kept), default=0.0),
-            "dropped_rows": dropped}
+            "dropped_rows": [{"id": r.get("id"), "closest": r["decontam_closest"], "similarity": r["decontam_similarity"]}
+                             for r in dropped]}
 
 
 def main(argv: list[str]) -> int:

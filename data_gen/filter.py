@@ -223,7 +223,7 @@ def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: P
         finally:
             slots.put(gpu)
 
-    cands, out_of_memory = list(cands), []
+    cands, out_of_memory = list(cands), set()
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         futures = [pool.submit(run, c) for c in cands]
         for future in as_completed(futures):
@@ -233,10 +233,10 @@ def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: P
             if future.cancelled() or future.result() is None:
                 continue
             if cfg.oom_retry_workers > 0 and OUT_OF_DEVICE_MEMORY in future.result().worker_error:
-                out_of_memory.append(future.result().id)
+                out_of_memory.add(future.result().id)
             else:
                 yield future.result()
     if out_of_memory:
-        again = [c for c in cands if c.id in set(out_of_memory)]
+        again = [c for c in cands if c.id in out_of_memory]
         yield from filter_candidates(again, replace(cfg, workers=cfg.oom_retry_workers, oom_retry_workers=0),
                                      work_dir, deadline)

@@ -22,7 +22,7 @@ from tqdm import tqdm
 from .compose import Candidate, OfflineComposer, Sizing
 from .crawl import Registry, crawl
 from .dataset import dedupe, write_dataset
-from .decontaminate import Benchmark
+from .decontaminate import decontaminate_rows
 from .filter import FilterConfig, FilterResult, filter_candidates
 from .report import RunStats, write_report
 
@@ -138,24 +138,14 @@ def run_filter(cands: list[Candidate], fcfg: FilterConfig, out_dir: Path, resume
     return results
 
 
-def decontaminate_rows(rows: list[dict], dcfg: dict[str, Any], stats: RunStats) -> list[dict]:
+def decontaminate_stage(rows: list[dict], dcfg: dict[str, Any], stats: RunStats) -> list[dict]:
     bench_dir = dcfg.get("benchmark_dir")
     if not bench_dir:
         stats.decontam = {"checked": 0, "dropped": 0, "note": "decontamination SKIPPED: no benchmark_dir given "
                           "(set decontaminate.benchmark_dir or KERNELBENCH_DIR to a KernelBench checkout)"}
         return rows
-    benchmark = Benchmark.from_dir(bench_dir, dcfg.get("pattern", "*.py"))
-    if not len(benchmark):
-        raise ValueError(f"no programs with a Model class under benchmark_dir {bench_dir}")
-    threshold = dcfg["threshold"]
-    kept, dropped = [], []
-    for row in tqdm(rows, desc="decontaminate", unit="task", disable=not dcfg.get("progress", True)):
-        match = benchmark.closest(row["code"], threshold)
-        row["decontam_similarity"], row["decontam_closest"] = round(match.similarity, 4), match.closest
-        (dropped if match.similarity > threshold else kept).append(row)
-    stats.decontam = {"benchmark_dir": str(bench_dir), "benchmark_programs": len(benchmark), "threshold": threshold,
-                      "checked": len(rows), "dropped": len(dropped),
-                      "dropped_examples": [(r["id"], r["decontam_closest"], r["decontam_similarity"]) for r in dropped[:10]]}
+    kept, _, stats.decontam = decontaminate_rows(rows, bench_dir, dcfg["threshold"], dcfg.get("pattern", "*.py"),
+                                                 dcfg.get("progress", True))
     return kept
 
 
@@ -194,7 +184,7 @@ def run(cfg: Any) -> dict[str, Any]:
     by_id = {c.id: c for c in good}
     accepted = sorted((dataset_row(by_id[r.id], r) for r in results if r.accepted), key=lambda row: row["index"])
 
-    rows = decontaminate_rows(accepted, {**cfg["decontaminate"], "progress": progress}, stats)
+    rows = decontaminate_stage(accepted, {**cfg["decontaminate"], "progress": progress}, stats)
     rows, stats.dedupe_dropped = dedupe(rows)
     path = write_dataset(rows, cfg["dataset_path"])
     stats.final.update(row["data_source"] for row in rows)

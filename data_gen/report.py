@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import statistics
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,8 +112,7 @@ def stage_medians(results: list[FilterResult]) -> dict[str, float]:
     """Median seconds per rubric over the candidates that ran it, and of the worker's start-up
     (wall time minus its rubrics): where a long run's time goes."""
     def median(values: list[float]) -> float:
-        values = sorted(values)
-        return round(values[len(values) // 2], 2) if values else 0.0
+        return round(statistics.median_high(values), 2) if values else 0.0
 
     out = {r: median([res.stage_s[r] for res in results if r in res.stage_s]) for r in RUBRICS}
     out["worker_startup"] = median([res.wall_s - sum(res.stage_s.values()) for res in results
