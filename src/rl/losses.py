@@ -31,7 +31,7 @@ def policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: 
     """
     check_same_shape(logprobs=logprobs, old_logprobs=old_logprobs, advantages=advantages, mask=mask,
                      is_weights=is_weights)
-    log_ratio = on_mask(logprobs - old_logprobs.detach(), mask)
+    log_ratio = on_mask(logprobs.float() - old_logprobs.detach().float(), mask)  # bf16 - bf16 would round
     ratio = torch.exp(log_ratio)
     adv = on_mask(advantages.detach(), mask)
     unclipped = -adv * ratio

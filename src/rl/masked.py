@@ -65,7 +65,7 @@ def masked_var(x: torch.Tensor, mask: torch.Tensor, unbiased: bool = True) -> to
     undefined; 0 is returned so that whitening maps that position to 0 instead of NaN.
     """
     n = mask_count(mask)
-    centred = on_mask(x - masked_mean(x, mask), mask)
+    centred = on_mask(x.float() - masked_mean(x, mask), mask)  # a 0-dim float32 would not upcast bf16 x
     denom = n - 1.0 if unbiased else n
     return torch.where(n >= 2, (centred ** 2).sum() / denom.clamp(min=1.0), torch.zeros_like(n))
 

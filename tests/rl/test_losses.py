@@ -87,13 +87,20 @@ class TestPolicyLoss:
         assert (logprobs.grad == 0).all()
 
     def test_bf16_inputs_are_computed_in_float32_and_not_mutated(self):
-        logprobs, old, adv, mask = surrogate_inputs()
-        lp16 = logprobs.detach().to(torch.bfloat16).requires_grad_()
-        before = lp16.detach().clone()
-        loss, _ = policy_loss(lp16, old.bfloat16(), adv.bfloat16(), mask)
-        assert loss.dtype == torch.float32
-        assert_close(loss, torch.tensor(EXPECTED_LOSS), atol=0.02, rtol=0)
-        assert torch.equal(lp16.detach(), before)
+        # bf16-representable inputs: the bf16 call must equal the float32 one, which fails if the
+        # log-ratio is taken in bf16 (rounding it to 8 bits of mantissa) before the upcast.
+        gen = torch.Generator().manual_seed(0)
+        old = (-torch.rand(1, 1000, generator=gen) * 8).bfloat16()
+        new = (old.float() + 0.3 * torch.randn(1, 1000, generator=gen)).bfloat16()
+        adv = torch.randn(1, 1000, generator=gen).bfloat16()
+        mask = torch.rand(1, 1000, generator=gen) < 0.7
+        before = new.clone()
+        loss16, stats16 = policy_loss(new, old, adv, mask)
+        loss32, stats32 = policy_loss(new.float(), old.float(), adv.float(), mask)
+        assert loss16.dtype == torch.float32 and torch.equal(new, before)
+        assert_close(loss16, loss32, rtol=1e-6, atol=1e-7)
+        for key in stats32:
+            assert_close(stats16[key], stats32[key], rtol=1e-6, atol=1e-7, msg=key)
 
 
 class TestValueLoss:

@@ -61,3 +61,11 @@ class TestMaskedWhiten:
         assert torch.equal(x.nan_to_num(), X.nan_to_num())
         with pytest.raises(ValueError, match="shapes differ"):
             masked_whiten(X, MASK[:, :2])
+
+    def test_bf16_input_is_reduced_in_float32(self):
+        gen = torch.Generator().manual_seed(0)
+        x = (torch.randn(4, 300, generator=gen) * 5 + 20).bfloat16()
+        mask = torch.rand(4, 300, generator=gen) < 0.5
+        assert masked_whiten(x, mask).dtype == torch.float32
+        assert_close(masked_var(x, mask), masked_var(x.float(), mask), rtol=1e-6, atol=0)
+        assert_close(masked_whiten(x, mask), masked_whiten(x.float(), mask), rtol=1e-6, atol=1e-6)
