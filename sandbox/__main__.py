@@ -38,6 +38,7 @@ from pathlib import Path
 
 from .backend import visible_backend
 from .config import SandboxConfig
+from .errors import TaskError
 
 USAGE_ERROR = 2
 
@@ -116,15 +117,29 @@ def config_from_args(args: argparse.Namespace) -> SandboxConfig:
     return replace(cfg, **overrides)
 
 
-def demo_needs_a_build(solution: Path, cfg) -> bool:
-    """True when the demo workspace's module is not in the build cache yet (a cold first run)."""
+def demo_needs_a_build(solution: Path, cfg: SandboxConfig) -> bool:
+    """True when the demo workspace's module is not in the build cache yet (a cold first run),
+    or when that cannot be told (no compiler, no arch)."""
     import tempfile
 
     from .build import cached_module, make_toolchain
+    from .errors import CompileError
+    from .pool import device_arch
 
-    tc = make_toolchain(cfg.backend, cfg.cuda_arch or None, cfg.cxx_flags, cfg.nvcc_flags)
+    try:
+        arch = cfg.cuda_arch or (device_arch(str(cfg.device_index)) if cfg.backend == "cuda" else None)
+        tc = make_toolchain(cfg.backend, arch, cfg.cxx_flags, cfg.nvcc_flags)
+    except (CompileError, TaskError, OSError):
+        return True
     with tempfile.TemporaryDirectory() as scratch:
         return cached_module(solution, Path(scratch), tc, cfg.cache_root) is None
+
+
+def announce_demo(task: Path, solution: Path, cfg: SandboxConfig) -> None:
+    """One stderr line: what the demo judges, and that a cold first run takes a while."""
+    cold = " (first run: it builds the kernel and times the baselines, a minute or two)" \
+        if demo_needs_a_build(solution, cfg) else ""
+    print(f"judging {solution.name} on task {task.name} on the {cfg.backend} backend{cold}", file=sys.stderr)
 
 
 def render_text(result: dict) -> str:
@@ -142,7 +157,6 @@ def render_text(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .errors import TaskError
     from .judge import evaluate
 
     if args.command == "evaluate-batch":
@@ -164,10 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = config_from_args(args)
         if args.command == "demo":
-            cold = " (first run: it builds the kernel and times the baselines, a minute or two)" \
-                if demo_needs_a_build(args.solution, cfg) else ""
-            print(f"judging {args.solution.name} on task {args.task.name} on the {args.backend} backend{cold}",
-                  file=sys.stderr)
+            announce_demo(args.task, args.solution, cfg)
         measurement = evaluate(args.task, args.solution, cfg, stop_after=getattr(args, "stop_after", "timing"))
     except (TaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
