@@ -73,7 +73,7 @@ def add_judging_options(ev: argparse.ArgumentParser) -> None:
                     help="default: cuda when a GPU is visible, else cpu")
     ev.add_argument("--reward", choices=["graduated", "binary", "continuous"], default="graduated",
                     help="graduated: the paper's -1/1/2/3 by speed vs eager and torch.compile; binary: "
-                         "correct or not; continuous: t_compile / t (default graduated)")
+                         "1 correct, -1 otherwise; continuous: t_compile / t (default graduated)")
     ev.add_argument("--tolerance", choices=["kernelbench", "paper"], default="kernelbench",
                     help="kernelbench: fp32 1e-4, fp16/bf16 1e-2; paper: 1e-2 for every dtype (default kernelbench)")
     defaults = SandboxConfig()

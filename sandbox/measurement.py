@@ -87,7 +87,7 @@ class Measurement:
     tolerance: str = ""
     baseline_cached: bool = False
     # How far the evaluation was asked to go: build, verify or timing (only "timing" has runtimes);
-    # "none" when nothing ran (no usable solution, no solution at all).
+    # "none" when the verdict came without running anything (no usable solution, or none at all).
     stopped_after: str = "none"
     # How solution code was isolated from the judge ("pid+net namespaces" or "none: why").
     isolation: str = ""
