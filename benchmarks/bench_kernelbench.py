@@ -302,8 +302,10 @@ def load_published_baselines(benchmark_root: Path) -> dict[str, dict]:
         path = benchmark_root / rel
         if path.is_file():
             data = json.loads(path.read_text())
+            # H100_modal's file holds a few rows timed on an H200; only H100 rows are kept.
             out[source] = {f"{level}/{name.split('_', 1)[0]}": row["mean"]
-                           for level, table in data.items() for name, row in table.items()}
+                           for level, table in data.items() for name, row in table.items()
+                           if "H100" in row.get("hardware", "H100")}
     return out
 
 

@@ -213,7 +213,8 @@ def test_report_with_one_phase_only(bench):
 def test_published_baselines_are_keyed_by_problem(bench, tmp_path):
     path = tmp_path / "timing" / "H100_modal" / "baseline_time_torch.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"level1": {"19_ReLU.py": {"mean": 4.27}, "100_HingeLoss.py": {"mean": 1.5}}}))
+    path.write_text(json.dumps({"level1": {"19_ReLU.py": {"mean": 4.27}, "100_HingeLoss.py": {"mean": 1.5},
+                                           "23_Softmax.py": {"mean": 7.1, "hardware": "NVIDIA H200"}}}))
     assert bench.load_published_baselines(tmp_path) == {"h100_modal": {"level1/19": 4.27, "level1/100": 1.5}}
 
 
