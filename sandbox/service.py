@@ -122,7 +122,7 @@ class RemotePool(PoolClient):
                     future = self._futures.pop(key, None)
                 if future is not None:
                     future.set_result(result)
-        except (EOFError, OSError) as exc:
+        except Exception as exc:  # EOF, a reset, or the connection closed under the reader
             with self._lock:
                 pending, self._futures = list(self._futures.values()), {}
             for future in pending:
