@@ -24,6 +24,14 @@ reply at a time), build, verify (reference outputs + correctness trials), timing
 timed runs), sandbox_overhead (waiting for a build slot or device lane, worker start-up) and
 other (file tools, parsing, chat-template rendering, workspace set-up).
 
+Stop reasons (report["outcomes"]["stop_reasons"]: episodes and share per reason, and
+template_drift_share): how many episodes ended in template_drift (the target is under 1 %; token-in
+/ token-out, docs/agent.md, leaves it to templates that fail at episode start). Measure it at the
+sampling temperature training uses, e.g. on 1 GPU:
+  python benchmarks/bench_agent_hf.py --backend cuda --tasks level1/1,level1/3,level2/2,level2/3 \
+      --model-size small --episodes 100 --concurrency 8 --max-batch 8 --temperature 1.0 \
+      --no-compile-baseline --out agent_hf_drift.json
+
 Launch lines (run from the repository root; --out is the JSON report):
   CPU:    python benchmarks/bench_agent_hf.py --backend cpu --tasks level1/1,level2/2,level2/3 \\
               --model-size tiny --lr 2e-2 --batch-size 2 --train-steps 400 --episodes 3 \\
@@ -69,6 +77,8 @@ from src.evaluation.replay import replay_solutions  # noqa: E402
 SAMPLE = ROOT / "examples" / "kernelbench_sample"
 SAMPLE_SOLUTIONS = ROOT / "examples" / "kernelbench_sample_solutions"
 SANDBOX_TOOLS = ("compile", "verify", "profile")
+# The paper's reward scores every verdict (the report shows it; the benchmark measures time).
+REWARD = "graduated"
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -163,6 +173,7 @@ class TimedPolicy:
     def __init__(self, policy: Any, serial: bool = True):
         self.policy, self.name = policy, policy.name
         self.tokenizer, self.reports_logprobs = policy.tokenizer, policy.reports_logprobs
+        self.sampling = getattr(policy, "sampling", None)
         self.busy_s, self.tokens, self.calls = 0.0, 0, 0
         self._lock = threading.Lock() if serial else contextlib.nullcontext()
         self._count = threading.Lock()
@@ -189,7 +200,7 @@ async def demonstrate(pairs, tokenizer, pool, cfg: AgentConfig, backend: str, ro
     """``rounds`` expert episodes per task (tasks at once, rounds one after another): repeated
     rounds show the model the same steps under other observed numbers (timings)."""
     async def one(problem, solution: Path, round_: int) -> tuple[Any, Trajectory]:
-        traj = await expert_episode(problem.path, solution, tokenizer, pool, cfg, backend,
+        traj = await expert_episode(problem.path, solution, tokenizer, pool, cfg, backend, reward=REWARD,
                                     episode_id=f"expert{round_}-{problem.id.replace('/', '-')}")
         bar.update(1)
         return problem, traj
@@ -278,17 +289,19 @@ def measure(args: argparse.Namespace, problems: list, cfg: AgentConfig, pool, de
     import torch
     from tqdm import tqdm
 
-    policy = TimedPolicy(HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed,
-                                  max_batch=args.max_batch), serial=args.max_batch == 1)
+    hf = HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed,
+                  max_batch=args.max_batch)
+    policy = TimedPolicy(hf, serial=args.max_batch == 1)
     tasks = [problems[i % len(problems)] for i in range(args.episodes)]
     rows = Path(args.output_dir) / "trajectories.jsonl"
     rows.unlink(missing_ok=True)
     start = time.monotonic()
     with tqdm(total=args.episodes, desc="episodes", unit="episode", disable=args.no_progress) as bar:
-        trajs = asyncio.run(run_episodes([p.path for p in tasks], policy, pool, cfg, args.backend,
-                                         writer=ProgressWriter(rows, bar), concurrency=args.concurrency,
-                                         episode_ids=[f"{i:03d}-{p.id.replace('/', '-')}"
-                                                      for i, p in enumerate(tasks)]))
+        with hf:  # the batcher thread ends with the measurement
+            trajs = asyncio.run(run_episodes([p.path for p in tasks], policy, pool, cfg, args.backend, reward=REWARD,
+                                             writer=ProgressWriter(rows, bar), concurrency=args.concurrency,
+                                             episode_ids=[f"{i:03d}-{p.id.replace('/', '-')}"
+                                                          for i, p in enumerate(tasks)]))
     report = episode_report(trajs, policy, time.monotonic() - start, args)
     report["device"] = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     report["max_new_tokens_per_turn"] = cfg.max_new_tokens_per_turn
@@ -328,7 +341,8 @@ def episode_report(trajs: list[Trajectory], policy: TimedPolicy, wall: float, ar
         "tool_calls": dict(calls), "sandbox_tool_calls": sum(calls[name] for name in SANDBOX_TOOLS),
         "sandbox_evaluations": sum(int(t.timings.get("sandbox_evaluations", 0)) for t in trajs),
         "invalid_tool_calls": sum(t.invalid_tool_calls for t in trajs),
-        "outcomes": {"stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
+        "outcomes": {"stop_reasons": stop_reason_shares(trajs),
+                     "template_drift_share": sum(t.stop_reason == "template_drift" for t in trajs) / max(n, 1),
                      "final_correct": sum(bool((t.final_measurement or {}).get("correct")) for t in trajs),
                      "best_correct": sum(t.best_measurement is not None for t in trajs),
                      "final_errors": dict(Counter((t.final_measurement or {}).get("error") for t in trajs)),
@@ -339,6 +353,12 @@ def episode_report(trajs: list[Trajectory], policy: TimedPolicy, wall: float, ar
         "time_split_share": {k: v / summed for k, v in split.items()} if summed > 0 else {},
         "per_episode": [episode_row(t) for t in trajs],
     }
+
+
+def stop_reason_shares(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
+    """Episodes per stop reason and their share of all (template_drift's should stay under 1 %)."""
+    counts = Counter(t.stop_reason for t in trajs)
+    return {reason: {"episodes": n, "share": n / len(trajs)} for reason, n in sorted(counts.items())}
 
 
 def time_split(trajs: list[Trajectory], generation_busy_s: float) -> dict[str, float]:

@@ -2,7 +2,7 @@
 pretrained weights can be reached (the GPU hosts have no network and no model files).
 
     tokenizer = build_chat_tokenizer(chat_corpus(pairs, cfg, "cuda"), vocab_size=4096)
-    demos = [await expert_episode(task, solution, tokenizer, pool, cfg, "cuda") for ...]
+    demos = [await expert_episode(task, solution, tokenizer, pool, cfg, "cuda", reward="graduated") for ...]
     model = LlamaForCausalLM(small_model_config(tokenizer, "small"))
     examples = [(d.ledger.token_ids, d.ledger.loss_mask) for d in demos]
     behaviour_clone(model, examples, tokenizer.pad_token_id, steps=500, lr=5e-3, target_loss=0.005)
@@ -128,12 +128,12 @@ def expert_replies(solution: Path) -> list[str]:
 
 
 async def expert_episode(task: Path, solution: Path, tokenizer: Any, pool: PoolClient, cfg: AgentConfig,
-                         backend: str, episode_id: str = "") -> Trajectory:
+                         backend: str, *, reward: str, episode_id: str = "") -> Trajectory:
     """A real episode (real workspace, tools and sandbox) driven by the scripted expert: its
     ``messages`` are the demonstration conversation with real observations, and its token
     ledger (ids + loss mask, built with ``tokenizer``'s template) is the training example."""
     policy = ScriptedPolicy(expert_replies(solution), tokenizer=tokenizer, name="expert")
-    return await run_episode(task, policy, pool, cfg, backend, episode_id=episode_id)
+    return await run_episode(task, policy, pool, cfg, backend, reward=reward, episode_id=episode_id)
 
 
 # ---------------------------------------------------------------------- model and training
