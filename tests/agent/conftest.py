@@ -102,9 +102,9 @@ def tiny_llama():
         from transformers import LlamaConfig, LlamaForCausalLM
 
         torch.manual_seed(seed)
-        cfg = LlamaConfig(vocab_size=vocab, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                          bos_token_id=1, eos_token_id=2, pad_token_id=0, **config)
+        sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=256)
+        cfg = LlamaConfig(vocab_size=vocab, bos_token_id=1, eos_token_id=2, pad_token_id=0, **{**sizes, **config})
         return LlamaForCausalLM(cfg).double().eval()
 
     return make
