@@ -66,11 +66,11 @@ sys.path.insert(0, str(ROOT))
 from sandbox import SandboxConfig  # noqa: E402
 from sandbox.config import TimingConfig  # noqa: E402
 from sandbox.errors import SolutionError  # noqa: E402
-from sandbox.pool import EvalRequest, make_pool  # noqa: E402
+from sandbox.pool import make_pool  # noqa: E402
 from sandbox.solution import read_solution  # noqa: E402
 from src.agent import AgentConfig, HFPolicy, Trajectory, TrajectoryWriter, run_episodes  # noqa: E402
 from src.agent.offline_model import (MODEL_SIZES, behaviour_clone, build_chat_tokenizer, chat_corpus,  # noqa: E402
-                                     expert_episode, save_policy, small_model_config)
+                                     demonstrated_correctly, demonstrations, save_policy, small_model_config)
 from src.evaluation.kernelbench import load_problems  # noqa: E402
 from src.evaluation.replay import replay_solutions  # noqa: E402
 
@@ -189,28 +189,6 @@ class TimedPolicy:
         return gen
 
 
-async def prebuild(pairs, pool) -> None:
-    """Build every solution once (CPU only, no device lane). The demonstrations then see the
-    compile observation the measured episodes will see for the same files ("cached build"); a
-    model shown only fresh-build timings stumbles on it."""
-    await asyncio.gather(*(pool.evaluate(EvalRequest(p.id, p.path, solution, "build")) for p, solution in pairs))
-
-
-async def demonstrate(pairs, tokenizer, pool, cfg: AgentConfig, backend: str, rounds: int, bar):
-    """``rounds`` expert episodes per task (tasks at once, rounds one after another): repeated
-    rounds show the model the same steps under other observed numbers (timings)."""
-    async def one(problem, solution: Path, round_: int) -> tuple[Any, Trajectory]:
-        traj = await expert_episode(problem.path, solution, tokenizer, pool, cfg, backend, reward=REWARD,
-                                    episode_id=f"expert{round_}-{problem.id.replace('/', '-')}")
-        bar.update(1)
-        return problem, traj
-
-    demos: list[tuple[Any, Trajectory]] = []
-    for round_ in range(rounds):
-        demos += await asyncio.gather(*(one(p, s, round_) for p, s in pairs))
-    return demos
-
-
 def train(tokenizer, demos: list[Trajectory], args: argparse.Namespace, device: str):
     import torch
     from transformers import LlamaForCausalLM
@@ -260,16 +238,16 @@ def make_policy(args: argparse.Namespace, pairs, cfg: AgentConfig, pool, device:
     tokenizer = build_chat_tokenizer(corpus, args.vocab_size)
     report["tokenizer"] = {"vocab_size": len(tokenizer), "corpus_chars": sum(map(len, corpus))}
     t0 = time.monotonic()
-    asyncio.run(prebuild(pairs, pool))
-    prebuild_s, t0 = time.monotonic() - t0, time.monotonic()
     with tqdm(total=len(pairs) * args.demos_per_task, desc="demonstrations", unit="episode",
               disable=args.no_progress) as bar:
-        demos = asyncio.run(demonstrate(pairs, tokenizer, pool, cfg, args.backend, args.demos_per_task, bar))
-    report["demonstrations"] = demo_summary([d for _, d in demos], prebuild_s, time.monotonic() - t0)
+        demos = asyncio.run(demonstrations([(p.path, s) for p, s in pairs], tokenizer, pool, cfg, args.backend,
+                                           reward=REWARD, rounds=args.demos_per_task, on_episode=bar.update))
+    demos = [(pairs[i][0], d) for i, d in demos]
+    report["demonstrations"] = demo_summary([d for _, d in demos], time.monotonic() - t0)
     (Path(args.output_dir) / "demonstrations.jsonl").unlink(missing_ok=True)
     for _, demo in demos:  # readable with render_transcript, like any trajectory row
         TrajectoryWriter(Path(args.output_dir) / "demonstrations.jsonl").append(demo)
-    kept = [(p, d) for p, d in demos if d.stop_reason == "finish" and (d.final_measurement or {}).get("correct")]
+    kept = [(p, d) for p, d in demos if demonstrated_correctly(d)]
     if not kept:
         raise SystemExit(f"no demonstration ended correct: {report['demonstrations']}")
     report["demonstrations"]["used"] = sorted({p.id for p, _ in kept})
@@ -310,8 +288,9 @@ def measure(args: argparse.Namespace, problems: list, cfg: AgentConfig, pool, de
 
 # ---------------------------------------------------------------- report
 
-def demo_summary(demos: list[Trajectory], prebuild_s: float, seconds: float) -> dict:
-    return {"episodes": len(demos), "prebuild_s": prebuild_s, "wall_s": seconds,
+def demo_summary(demos: list[Trajectory], seconds: float) -> dict:
+    """The expert's episodes; wall_s includes building every solution once first."""
+    return {"episodes": len(demos), "wall_s": seconds,
             "correct": sum(bool((d.final_measurement or {}).get("correct")) for d in demos),
             "stop_reasons": dict(Counter(d.stop_reason for d in demos)),
             "tokens": [len(d.ledger) for d in demos],
