@@ -207,7 +207,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     model, training = train(args, tokenizer, kept, cfg)
     build = {"command": "python scripts/make_embedded_actor.py " + " ".join(argv if argv is not None else sys.argv[1:]),
              "commit": git_commit(), "backends": backends, "seed": args.seed, "vocab_size": len(tokenizer),
-             "corpus_tasks": Path(args.corpus_tasks).relative_to(ROOT).as_posix() if args.corpus_tasks else "",
+             "corpus_tasks": shown(args.corpus_tasks),
              "demonstrations": demos, "training": training, "model": save(model, tokenizer, args)}
     build["greedy_episodes"] = measure(args, kept, work_dir)
     build["total_s"] = round(time.monotonic() - started)
@@ -215,6 +215,13 @@ def main(argv: Optional[list[str]] = None) -> dict:
     Path(args.out, "README.md").write_text(readme(build))
     print(json.dumps({k: v for k, v in build.items() if k != "training"}, indent=1))
     return build
+
+
+def shown(path: str) -> str:
+    """A path as the README shows it: relative to the repository when it is inside."""
+    resolved = Path(path).resolve() if path else None
+    return "" if resolved is None else (resolved.relative_to(ROOT).as_posix() if resolved.is_relative_to(ROOT)
+                                         else str(resolved))
 
 
 def git_commit() -> str:
