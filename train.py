@@ -114,6 +114,20 @@ def agent_config(cfg: DictConfig, actor: Any):
     return agent
 
 
+def build(node: Any, **parts: Any) -> Any:
+    """``hydra.utils.instantiate``, but an error of ours raised inside the target surfaces as
+    itself (Hydra wraps it in an InstantiationException with a multi-line message)."""
+    from hydra.errors import InstantiationException
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(node, **parts)
+    except InstantiationException as exc:
+        if isinstance(exc.__cause__, known_errors()):
+            raise exc.__cause__ from None
+        raise
+
+
 def build_module(cfg: DictConfig, actor: Any, critic: Any, agent: Any):
     """The stage's LightningModule with the parts its constructor asks for."""
     from hydra.utils import get_class, instantiate
@@ -124,7 +138,7 @@ def build_module(cfg: DictConfig, actor: Any, critic: Any, agent: Any):
              "sampling": OmegaConf.to_container(cfg.sampling, resolve=True),
              "actor_optimizer": instantiate(cfg.actor_optimizer),
              "critic_optimizer": instantiate(cfg.critic_optimizer)}
-    return instantiate(cfg.stage.module, **{k: v for k, v in parts.items() if k in wanted})
+    return build(cfg.stage.module, **{k: v for k, v in parts.items() if k in wanted})
 
 
 def build_trainer(cfg: DictConfig, out_dir: Path):
@@ -158,7 +172,6 @@ def resolve_ckpt(cfg: DictConfig, out_dir: Path) -> str | None:
 def train(cfg: DictConfig) -> dict[str, float]:
     """Run the configured stage; returns the last logged metrics."""
     import lightning.pytorch as pl
-    from hydra.utils import instantiate
 
     from src.data.rollout import RolloutDataModule, share_pool_env
     from src.stages.checkpoints import export_actor
@@ -167,9 +180,13 @@ def train(cfg: DictConfig) -> dict[str, float]:
     check_accelerator(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     out_dir = Path(cfg.output_dir).expanduser().absolute()
+    ckpt = resolve_ckpt(cfg, out_dir)
+    if ckpt is None and (out_dir / "checkpoints" / "last.ckpt").exists():
+        raise UsageError(f"{out_dir} already holds a run (checkpoints/last.ckpt): resume it with ckpt_path=last, "
+                         "or give another output_dir")
     sandbox = sandbox_settings(cfg)
-    actor = instantiate(cfg.model.actor)
-    critic = instantiate(cfg.model.critic, actor=actor) if _wants(cfg, "critic") else None
+    actor = build(cfg.model.actor)
+    critic = build(cfg.model.critic, actor=actor) if _wants(cfg, "critic") else None
     agent = agent_config(cfg, actor)
     data = OmegaConf.to_container(cfg.data, resolve=True)
     dm = RolloutDataModule(output_dir=str(out_dir), sandbox=sandbox, reward=cfg.reward.name, **data)
@@ -181,7 +198,6 @@ def train(cfg: DictConfig) -> dict[str, float]:
     elif cfg.stage.init_requires:
         log.warning("stage %s usually starts from an earlier stage's checkpoint (init_from=...); "
                     "starting from the model as configured", cfg.stage.name)
-    ckpt = resolve_ckpt(cfg, out_dir)
     trainer = build_trainer(cfg, out_dir)
     share_pool_env(out_dir)
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import secrets
 import time
@@ -30,6 +31,7 @@ from torch.utils.data import DataLoader, Dataset
 from .batch import RolloutBatch, collate_rows
 from .tasks import Task, TaskSetError, load_task_set, split_tasks
 
+log = logging.getLogger(__name__)
 # Environment that hands rank 0's pool address and key to the other ranks (set by train.py
 # before the ranks are launched, so that every rank inherits the same values).
 POOL_ADDRESS_ENV, POOL_KEY_ENV = "CUDA_AGENT_POOL_ADDRESS", "CUDA_AGENT_POOL_KEY"
@@ -111,7 +113,7 @@ class RolloutDataModule(pl.LightningDataModule):
         from sandbox.pool import make_pool
         from sandbox.service import PoolServer, RemotePool
 
-        trainer = self._trainer
+        trainer = self.trainer
         world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
         if world == 1:
             return make_pool(self.sandbox_config())
@@ -124,7 +126,9 @@ class RolloutDataModule(pl.LightningDataModule):
                 os.unlink(address)  # a socket left by a killed run
             pool = make_pool(self.sandbox_config())
             self._server = PoolServer(pool, address, key.encode())
+            log.info("rank 0 serves its sandbox pool to %d other ranks at %s", world - 1, address)
             return pool
+        log.info("rank %d judges through the sandbox pool of rank 0 at %s", rank, address)
         return RemotePool(address, key.encode())
 
     def teardown(self, stage: Optional[str] = None) -> None:
@@ -164,18 +168,16 @@ class RolloutDataModule(pl.LightningDataModule):
 
         samples = self.samples_per_task if samples is None else samples
         episode_tasks = [t for t in tasks for _ in range(samples)]
-        rank = self._trainer.global_rank if self._trainer is not None else 0
+        rank = self.trainer.global_rank if self.trainer is not None else 0
         ids = [f"{tag}-s{step:06d}-r{rank}-{i:04d}-{t.id}" for i, t in enumerate(episode_tasks)]
-        writer = TrajectoryWriter(self.output_dir / "rollouts" / f"{tag}.jsonl")
+        writer = TrajectoryWriter(self.output_dir / "rollouts" / f"{tag}.jsonl", extra={"train_step": step})
         start = time.monotonic()
         trajectories = asyncio.run(run_episodes([t.path for t in episode_tasks], policy, self.pool, agent,
                                                 self.sandbox_cfg.get("backend", "cuda"), writer=writer,
                                                 concurrency=self.episodes_in_flight, episode_ids=ids,
                                                 reward=self.reward_name))
         wall = time.monotonic() - start
-        rows = [t.to_row() for t in trajectories]
-        for row in rows:
-            row["train_step"] = step
+        rows = [{**t.to_row(), "train_step": step} for t in trajectories]
         kept = self.trainable(rows)
         batch = collate_rows(kept, self.pad_token_id(policy)) if kept else None
         metrics = rollout_metrics(rows, kept, wall)

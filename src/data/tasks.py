@@ -19,7 +19,7 @@ class TaskSetError(ValueError):
     """A task source that yields no usable task; the message says what was found."""
 
 
-@dataclass(frozen=True)
+@dataclass  # not frozen: Lightning rebuilds dataclasses in a batch when it moves it to a device
 class Task:
     id: str
     path: Path

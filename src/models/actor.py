@@ -76,7 +76,7 @@ def load_actor(name_or_path: str = "", tokenizer: str = "", dtype: str = "float3
         model.config.use_cache = False
     if lora:
         model = with_lora(model, lora)
-    return Actor(model, tok, name)
+    return Actor(model.train(), tok, name)  # from_pretrained returns eval mode
 
 
 def resolve_dtype(dtype: str) -> torch.dtype:

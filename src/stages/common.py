@@ -98,8 +98,8 @@ def make_policy(actor: Any, device: torch.device, sampling: dict[str, Any], gate
     training never overlaps it."""
     from src.agent import HFPolicy
 
-    return HFPolicy(model=actor.generation_model, tokenizer=actor.tokenizer, device=str(device),
-                    name=actor.name, generation_gate=gate, **sampling)
+    return HFPolicy(model=actor.generation_model, tokenizer=actor.tokenizer, name=actor.name,
+                    generation_gate=gate, **sampling)
 
 
 def token_share(module: Any, local_tokens: float) -> float:
@@ -160,3 +160,11 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     if not rows:
         raise InitError(f"trajectory file {path} holds no token-level rows (text-only policies cannot train)")
     return rows
+
+
+def validate_with_episodes(module: Any, tasks: list, policy: Any) -> None:
+    """Episodes on held-out tasks with the current actor; their rollout metrics as val/*."""
+    dm = module.trainer.datamodule
+    result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
+    metrics = {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
+    module.log_dict(metrics, batch_size=len(tasks), sync_dist=True)

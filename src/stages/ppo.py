@@ -20,7 +20,7 @@ from src.rl import (explained_variance, gae_through_tools, kl_penalty, logprob_m
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
 from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, peak_memory_gb, step_uncounted,
-                     token_share)
+                     token_share, validate_with_episodes)
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
@@ -62,7 +62,8 @@ class PPOStage(pl.LightningModule):
 
     def policy(self):
         if self._policy is None:
-            self._policy = make_policy(self.actor, self.device, self.sampling, self.trainer.datamodule.device_gate)
+            dm = getattr(self.trainer, "datamodule", None)
+            self._policy = make_policy(self.actor, self.device, self.sampling, getattr(dm, "device_gate", None))
         self._policy.set_version(int(self.global_step))
         return self._policy
 
@@ -89,10 +90,7 @@ class PPOStage(pl.LightningModule):
         self.log_dict(stats, batch_size=len(result.batch), sync_dist=True)
 
     def validation_step(self, tasks: list, batch_idx: int) -> None:
-        dm = self.trainer.datamodule
-        result = dm.rollout(self.policy(), tasks, self.agent, "val", int(self.global_step), samples=dm.val_samples)
-        metrics = {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
-        self.log_dict(metrics, batch_size=len(tasks), sync_dist=True)
+        validate_with_episodes(self, tasks, self.policy())
 
     # ------------------------------------------------------------------ the update
 

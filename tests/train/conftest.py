@@ -10,6 +10,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 import pytest
+import torch
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine (CI, or tests
+# running beside sandbox workers) spinning thread pools made each small matmul ~30x slower.
+torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TASKS = ROOT / "examples" / "kernelbench_sample"
@@ -34,7 +39,7 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         workspace.cleanup()
     corpus += [task_prompt(p.read_text(), cfg) for p in sorted(SAMPLE_TASKS.rglob("*.py"))]
     tokenizer = build_chat_tokenizer(corpus, vocab_size=512)
-    config = small_model_config(tokenizer, "tiny", max_positions=4096)
+    config = small_model_config(tokenizer, "tiny", max_positions=8192)
     config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_key_value_heads = 32, 64, 2, 2
     torch.manual_seed(0)
     model = LlamaForCausalLM(config)
