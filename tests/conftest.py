@@ -17,6 +17,11 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import pytest
 
+from src.entry import register_resolvers
+
+# Tests compose the Hydra configs directly: they need the resolvers the entry scripts register.
+register_resolvers()
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
 EXAMPLE_TASKS = EXAMPLES / "tasks"
