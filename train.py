@@ -67,6 +67,9 @@ def _register_resolvers() -> None:
         netrc = Path.home() / ".netrc"
         return not (netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="replace"))
 
+    from src.entry import register_resolvers
+
+    register_resolvers()  # --help from this docstring; sandbox.backend from the machine
     for name, fn in (("project", project), ("wandb_offline", wandb_offline)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
@@ -80,13 +83,12 @@ class UsageError(ValueError):
 
 
 def sandbox_settings(cfg: DictConfig) -> dict[str, Any]:
-    """The sandbox config as a dict; the cuda backend falls back to cpu where no GPU is visible."""
-    import torch
+    """The sandbox config as a dict (its backend defaults to the machine's: src/entry.py); an
+    explicit cuda without a GPU is one clear error."""
+    from sandbox.backend import require_backend
 
     settings = OmegaConf.to_container(cfg.sandbox, resolve=True)
-    if settings["backend"] == "cuda" and not torch.cuda.is_available():
-        log.warning("no CUDA GPU visible: the sandbox judges kernels on the CPU backend (sandbox=cpu)")
-        settings["backend"] = "cpu"
+    require_backend(settings["backend"], "sandbox=cpu")
     return settings
 
 
@@ -213,11 +215,12 @@ def _wants(cfg: DictConfig, part: str) -> bool:
 
 
 def known_errors() -> tuple[type, ...]:
+    from sandbox.errors import TaskError
     from src.data.tasks import TaskSetError
     from src.models import ModelLoadError
     from src.stages.common import InitError
 
-    return (UsageError, TaskSetError, ModelLoadError, InitError)
+    return (UsageError, TaskError, TaskSetError, ModelLoadError, InitError)
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
