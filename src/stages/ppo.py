@@ -173,7 +173,7 @@ class PPOStage(pl.LightningModule):
             for key, value in {"actor/loss": pg_loss, "actor/entropy": entropy_mean, "critic/loss": v_loss,
                                **{f"actor/{k}": v for k, v in pg_stats.items()},
                                **{f"critic/{k}": v for k, v in v_stats.items()}}.items():
-                stats[key] = stats.get(key, 0.0) + float(value) * weight
+                stats[key] = stats.get(key, 0.0) + float(value.detach() if torch.is_tensor(value) else value) * weight
         stats["actor/grad_norm"] = float(clip_grad_norm(self.actor, self.max_grad_norm))
         stats["critic/grad_norm"] = float(clip_grad_norm(self.critic, self.max_grad_norm))
         actor_opt.step()
