@@ -92,7 +92,7 @@ def solution_paths(cfg: DictConfig, problems: list[Problem], out_dir: Path, sand
         # throw_on_missing: an unset endpoint or model is one clear line, not a failed episode per task.
         return run_agent(problems, OmegaConf.to_container(cfg.policy, resolve=True, throw_on_missing=True),
                          OmegaConf.to_container(cfg.agent, resolve=True, throw_on_missing=True), sandbox,
-                         out_dir, cfg.workers, cfg.episodes_in_flight)
+                         out_dir, cfg.workers, cfg.episodes_in_flight, cfg.reward.name)
     except (PolicyError, ValueError) as exc:
         raise UsageError(f"policy {cfg.policy.name}: {exc}") from None
 

@@ -85,7 +85,12 @@ class CliResult(NamedTuple):
 
 @pytest.fixture(scope="session")
 def sandbox_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache root for the whole session (--cache-dir / SandboxConfig(cache_dir=...))."""
+    """One cache root for the whole session (--cache-dir / SandboxConfig(cache_dir=...)).
+    CUDA_AGENT_TEST_CACHE names a directory to reuse across local sessions (builds stay warm)."""
+    reuse = os.environ.get("CUDA_AGENT_TEST_CACHE")
+    if reuse:
+        Path(reuse).mkdir(parents=True, exist_ok=True)
+        return Path(reuse)
     return tmp_path_factory.mktemp("sandbox-cache")
 
 
