@@ -25,7 +25,6 @@ import json
 import math
 import random
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
@@ -35,8 +34,10 @@ import pyarrow.parquet as pq
 
 from .compose import Candidate
 from .dataset import SCHEMA, encode
-from .filter import FilterConfig, filter_candidates
+from .filter import FilterConfig
+from .pipeline import run_filter
 from .program import assemble
+from .report import RunStats
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,14 @@ SHAPES: dict[str, tuple[tuple[int, int], ...]] = {
     "cuda": ((8192, 1024), (4096, 4096), (16384, 2048), (2048, 8192), (8192, 8192), (16384, 4096),
              (6000, 2050)),
 }
+# Five specs that between them use every op and every ending (tests, docs, GPU checks).
+EXAMPLE_SPECS_TEXT = (
+    (("tanh", "mul_scalar:2.0", "add_bias"), "softmax"),
+    (("gelu", "add_input", "clamp:-1.0:1.0"), "sum"),
+    (("sigmoid", "mul_weight", "leaky_relu:0.1"), "max"),
+    (("exp", "mul_input", "add_scalar:0.5"), "rmsnorm"),
+    (("silu", "relu"), None),
+)
 # How many ops a chain has, and how it ends (weights).
 OP_COUNT_WEIGHTS = {1: 0.25, 2: 0.40, 3: 0.35}
 REDUCTION_WEIGHTS = {None: 0.40, "sum": 0.15, "max": 0.15, "softmax": 0.15, "rmsnorm": 0.15}
@@ -186,9 +195,11 @@ class ChainSpec:
         bucket = int(hashlib.sha256(self.signature.encode()).hexdigest()[:8], 16) % 100
         return "heldout" if bucket < held_out_percent else "train"
 
-    @property
-    def output_shape(self) -> tuple[int, ...]:
-        return self.shape[:1] if self.reduction in ("sum", "max") else self.shape
+
+
+def example_specs(shape: tuple[int, int]) -> list[ChainSpec]:
+    """EXAMPLE_SPECS_TEXT at one shape."""
+    return [ChainSpec(ops, reduction, shape) for ops, reduction in EXAMPLE_SPECS_TEXT]
 
 
 # ---------------------------------------------------------------------- the Model's names
@@ -402,22 +413,27 @@ def filter_config(backend: str, workers: int, timeout_s: float) -> FilterConfig:
                         timing=dict(FILTER_TIMING[backend]))
 
 
-def build_family(backend: str, count: int, out: Path, seed: int = 0, workers: int = 2,
-                 held_out_percent: int = HELD_OUT_PERCENT, timeout_s: float = 300.0,
-                 work_dir: Optional[Path] = None) -> dict[str, Any]:
-    """Sample ``count`` specs, judge each task with data_gen's filter (eager run, determinism,
-    non-triviality, the backend's runtime window, torch.compile), write the accepted ones and a
-    report (``<out stem>_report.json``); returns the report."""
-    specs = sample_specs(count, backend, seed)
+def build_family(specs: list[ChainSpec], backend: str, out: Path, work_dir: Path, seed: int = 0, workers: int = 2,
+                 held_out_percent: int = HELD_OUT_PERCENT, timeout_s: float = 300.0, time_budget_s: float = 0.0,
+                 progress: bool = False) -> dict[str, Any]:
+    """Judge each spec's task with data_gen's filter (eager run, determinism, non-triviality,
+    the backend's runtime window, torch.compile) in worker processes under ``work_dir``, then
+    write the accepted ones to ``out`` and a report beside it (``<stem>_report.json``); returns
+    the report. Verdicts are kept in ``work_dir/filter_results.jsonl``: a run stopped by
+    ``time_budget_s`` (s; 0: none) writes nothing but is continued by the same call again."""
     cands = {s.id: candidate(s, i, seed) for i, s in enumerate(specs)}
     by_id = {s.id: s for s in specs}
-    with tempfile.TemporaryDirectory(prefix="family-filter-") as tmp:
-        results = list(filter_candidates(cands.values(), filter_config(backend, workers, timeout_s),
-                                         Path(work_dir or tmp)))
+    stats = RunStats()
+    Path(work_dir).mkdir(parents=True, exist_ok=True)
+    results = run_filter(list(cands.values()), filter_config(backend, workers, timeout_s), Path(work_dir), True,
+                         progress, time_budget_s, stats)
     accepted = sorted((r for r in results if r.accepted), key=lambda r: cands[r.id].index)
     rows = [dataset_row(by_id[r.id], cands[r.id], r, held_out_percent) for r in accepted]
-    write_family(rows, out)
     report = family_report(specs, results, rows, backend, seed, held_out_percent)
+    report["reused_verdicts"] = stats.reused
+    if report["unjudged"]:
+        return report
+    write_family(rows, out)
     out.with_name(out.stem + "_report.json").write_text(json.dumps(report, indent=1, sort_keys=True) + "\n")
     return report
 
@@ -432,7 +448,7 @@ def family_report(specs: list[ChainSpec], results: list, rows: list[dict], backe
     count = lambda key: {k: sum(1 for r in rows if r[key] == k) for k in sorted({r[key] for r in rows})}  # noqa: E731
     eager = sorted(r["eager_ms"] for r in rows if r["eager_ms"] is not None)
     return {"backend": backend, "seed": seed, "held_out_percent": held_out_percent, "candidates": len(specs),
-            "judged": len(results), "accepted": len(rows), "rejected": rejected, "split": count("split"),
+            "judged": len(results), "unjudged": len(specs) - len(results), "accepted": len(rows), "rejected": rejected, "split": count("split"),
             "data_source": count("data_source"), "signatures": len({r["signature"] for r in rows}),
             "reduction": {k or "none": sum(1 for r in rows if json.loads(r["spec"])["reduction"] == k)
                           for k in [None, *REDUCTIONS]},
@@ -448,7 +464,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=2, help="filter worker processes at once")
     parser.add_argument("--held-out-percent", type=int, default=HELD_OUT_PERCENT, help="signatures held out")
     parser.add_argument("--timeout-s", type=float, default=300.0, help="seconds per candidate, all rubrics")
-    parser.add_argument("--work-dir", type=Path, default=None, help="keep filter worker files here")
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="filter verdicts and worker files (default outputs/family/<backend>); reused on rerun")
+    parser.add_argument("--time-budget-s", type=float, default=0.0,
+                        help="stop judging after this many seconds (exit 3: rerun the command to continue)")
     args = parser.parse_args(argv)
     if args.count < 1 or args.workers < 1 or not 0 <= args.held_out_percent <= 100:
         print("data_gen.family: error: --count and --workers must be >= 1, --held-out-percent in [0, 100]",
@@ -457,8 +476,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.out.suffix != ".parquet":
         print(f"data_gen.family: error: --out must be a .parquet file, got {args.out}", file=sys.stderr)
         return 2
-    report = build_family(args.backend, args.count, args.out, args.seed, args.workers, args.held_out_percent,
-                          args.timeout_s, args.work_dir)
+    work_dir = args.work_dir or Path("outputs") / "family" / args.backend
+    report = build_family(sample_specs(args.count, args.backend, args.seed), args.backend, args.out, work_dir,
+                          args.seed, args.workers, args.held_out_percent, args.timeout_s, args.time_budget_s,
+                          progress=True)
+    if report["unjudged"]:
+        print(f"judged {report['judged']} of {report['candidates']} within the time budget; verdicts are in "
+              f"{work_dir}: run the same command again to continue")
+        return 3
     print(f"accepted {report['accepted']} of {report['judged']} judged ({report['split']}); wrote {args.out}")
     return 0
 

@@ -38,6 +38,9 @@ from .toolcall import ToolCall, format_tool_call
 from .trajectory import Trajectory, TrajectoryWriter
 
 VARIANTS = ("naive", "fused", "vectorised", "wrong", "broken")
+# The verdict each variant is written to get (verdict_class of its judge_variants record).
+EXPECTED_VERDICT = {"naive": "correct", "fused": "correct", "vectorised": "correct", "wrong": "mismatch",
+                    "broken": "compile_error"}
 # How the wrong variant's reduction differs, and that bug as a torch expression of x (to check
 # on probe inputs that verification can see it).
 REDUCTION_BUGS = {
@@ -307,9 +310,11 @@ async def teacher_episodes(tasks: Sequence[tuple[ChainSpec, Path]], count: int, 
 
 
 async def judge_variants(specs: Sequence[ChainSpec], backend: str, pool: Any, directory: str | Path,
-                         variants: Sequence[str] = VARIANTS, reward: str = "graduated") -> list[dict[str, Any]]:
+                         variants: Sequence[str] = VARIANTS, reward: str = "graduated",
+                         stop_after: str = "timing") -> list[dict[str, Any]]:
     """Each available variant of each spec judged by the sandbox pool (no agent loop): one
-    record per (spec, variant) with the verdict, the reward and the speedups."""
+    record per (spec, variant) with the verdict, the reward and the speedups (``stop_after``
+    "verify": verdicts only, no timing)."""
     from sandbox.pool import EvalRequest
     from sandbox.reward import reward_fn
 
@@ -322,7 +327,7 @@ async def judge_variants(specs: Sequence[ChainSpec], backend: str, pool: Any, di
         for variant in [v for v in variants if v in available(spec, backend)]:
             sol = write_solution(spec, variant, backend)
             key = f"{spec.id}/{variant}"
-            requests.append(EvalRequest(key, task, sol.write(directory / "solutions" / spec.id / variant)))
+            requests.append(EvalRequest(key, task, sol.write(directory / "solutions" / spec.id / variant), stop_after))
             meta[key] = {"id": spec.id, "variant": variant, "signature": spec.signature, "note": sol.note}
     results = await asyncio.gather(*(pool.evaluate(r) for r in requests))
     records = []
@@ -336,6 +341,13 @@ async def judge_variants(specs: Sequence[ChainSpec], backend: str, pool: Any, di
                           speedup_vs_compile=m.speedup_vs_compile, max_abs_diff=m.max_abs_diff)
         records.append(record)
     return records
+
+
+def verdict_class(record: dict[str, Any]) -> str:
+    """"correct", or the sandbox's error kind (mismatch, compile_error, ...), of a record."""
+    if record.get("task_error"):
+        return "task_error"
+    return "correct" if record.get("correct") and not record.get("error") else str(record.get("error"))
 
 
 def corpus_texts(specs: Sequence[ChainSpec], backend: str) -> list[str]:
