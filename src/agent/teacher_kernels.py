@@ -35,15 +35,12 @@ C_EXPR = {
     "leaky_relu": "v > 0.0f ? v : v * {c0}",
     "mul_scalar": "v * {c0}",
     "add_scalar": "v + {c0}",
-    "clamp": "fminf(fmaxf(v, {c0}), {c1})",
+    "clamp": "v < {c0} ? {c0} : (v > {c1} ? {c1} : v)",
     "add_bias": "v + {t}",
     "mul_weight": "v * {t}",
     "add_input": "v + {t}",
     "mul_input": "v * {t}",
 }
-# Reduction bugs of the wrong variant (what the kernel does instead).
-REDUCTION_BUGS = {"sum": "divides the sum by cols", "max": "starts the running max at 0",
-                  "softmax": "skips the max subtraction", "rmsnorm": "forgets the square root"}
 THREADS = 256
 
 
@@ -122,13 +119,15 @@ def model_new_source(init_args: list[str], params: list[str], inputs: list[str],
     order; each result is the next call's x (the naive variant) or the output (one call)."""
     init = [f"        self.{c} = {c}" for c in init_args if c != "dim" and c not in params]
     init += [f"        self.{p} = nn.Parameter(torch.empty(dim))" for p in params]
+    shapes = ["shape"] * len(calls)
+    if out_rows_only:
+        shapes[-1] = "[x.shape[0]]"
     lines = ['"""' + title + '"""', "import torch", "import torch.nn as nn", "", "import cuda_extension", "", "",
              "class ModelNew(nn.Module):", f"    def __init__({', '.join(['self', *init_args])}):",
              "        super().__init__()", *init, "", f"    def forward({', '.join(['self', *inputs])}):",
-             "        shape = [x.shape[0], x.shape[1]]"]
-    for n, (kernel, tensors, scalars, comment) in enumerate(calls):
+             *(["        shape = [x.shape[0], x.shape[1]]"] if "shape" in shapes else [])]
+    for n, ((kernel, tensors, scalars, comment), shape) in enumerate(zip(calls, shapes)):
         last = n == len(calls) - 1
-        shape = "[x.shape[0]]" if last and out_rows_only else "shape"
         call = f"cuda_extension.family_op({kernel}, [{', '.join(tensors)}], [{', '.join(scalars)}], {shape})"
         lines.append(f"        {'return' if last else 'x ='} {call}" + (f"  # {comment}" if comment else ""))
     return "\n".join(lines) + "\n"
@@ -156,23 +155,26 @@ def naive_calls(chain: KernelChain) -> list[tuple]:
 
 # ---------------------------------------------------------------------- shared C pieces
 
+# CPU helpers of the vectorised variant are always inlined: the AVX2 copy of the row loop
+# (cpu_fused) must get its own AVX2 copy of them, not a call to the baseline one.
+INLINE = {False: "static inline float", True: "static inline __attribute__((always_inline)) float"}
 CPU_FAST_MATH = """\
-// exp by range reduction (v = k ln2 + r) and a degree-6 polynomial: no libm call, so loops over
-// it vectorise; relative error ~2e-7.
-static inline float fast_exp(float v) {
+// exp by range reduction (v = k ln2 + r, k = round(v / ln2)) and a degree-6 polynomial: no libm
+// call, so loops over it vectorise; relative error ~2e-7.
+static inline __attribute__((always_inline)) float fast_exp(float v) {
   v = v < -87.0f ? -87.0f : (v > 88.0f ? 88.0f : v);
-  const float t = v * 1.44269504f;
-  const int k = (int)(t + (t >= 0.0f ? 0.5f : -0.5f));
+  const float t = v * 1.44269504f + 0.5f;
+  int k = (int)t;
+  k -= t < (float)k;
   const float r = v - (float)k * 0.693359375f + (float)k * 2.12194440e-4f;
   const float p = 1.0f + r * (1.0f + r * (0.5f + r * (0.166666672f + r * (0.0416666679f + r * (0.00833333377f
                   + r * 0.00138888892f)))));
-  const int32_t bits = (int32_t)(k + 127) << 23;
-  float scale;
-  std::memcpy(&scale, &bits, sizeof scale);
-  return p * scale;
+  union { int32_t i; float f; } scale;
+  scale.i = (k + 127) << 23;
+  return p * scale.f;
 }
 
-static inline float fast_tanh(float v) {
+static inline __attribute__((always_inline)) float fast_tanh(float v) {
   v = v < -9.0f ? -9.0f : (v > 9.0f ? 9.0f : v);
   return 1.0f - 2.0f / (fast_exp(2.0f * v) + 1.0f);
 }
@@ -221,7 +223,9 @@ def preamble(chain: KernelChain, backend: str, vectorised: bool, block_reduce: b
         head = ["#include <cfloat>", "#include <cstdint>", "#include <cuda_runtime.h>", ""]
         head += [CUDA_TANH] if uses(chain, "tanh", "gelu") else []
         return head + ([CUDA_BLOCK_REDUCE] if block_reduce else [])
-    head = ["#include <cmath>", "#include <cstdint>", *(["#include <cstring>"] if vectorised else []), ""]
+    head = ["#include <cmath>", "#include <cstdint>", ""]
+    if vectorised:  # comparisons (relu, clamp, max) become vector selects only without trapping math
+        head += ["#pragma GCC optimize(\"no-trapping-math\")", ""]
     needs_exp = uses(chain, "tanh", "gelu", "exp", "sigmoid", "silu", "softmax")
     return head + ([CPU_FAST_MATH] if vectorised and needs_exp else [])
 
@@ -229,7 +233,7 @@ def preamble(chain: KernelChain, backend: str, vectorised: bool, block_reduce: b
 def chain_function(chain: KernelChain, backend: str, vectorised: bool) -> list[str]:
     """``chain(v, operand values..., constants...)``: the elementwise part on one element."""
     exp, tanh = math_names(backend, vectorised)
-    qualifier = "__device__ __forceinline__ float" if backend == "cuda" else "static inline float"
+    qualifier = "__device__ __forceinline__ float" if backend == "cuda" else INLINE[vectorised]
     params = ["float v", *[f"float {o.name}" for o in operands(chain)], *[f"float {c}" for c in constants(chain)]]
     body = [f"  v = {step_expr(b, b.operand.name if b.operand else '', exp, tanh)};" for b in chain.steps]
     return [f"{qualifier} chain({', '.join(params)}) {{", *body, "  return v;", "}", ""]
@@ -296,8 +300,23 @@ def cpu_unpack(chain: KernelChain) -> list[str]:
     return lines + [f"  const float {c} = (float)scalars[{k}];" for k, c in enumerate(constants(chain))]
 
 
+ROWS_SIGNATURE = "(const float* const* tensors, const double* scalars, float* out, int64_t rows, int64_t cols)"
+CPU_DISPATCH = f"""\
+// The same rows compiled for AVX2 + FMA (8 lanes, fused multiply-add), used where the CPU has them.
+__attribute__((target("avx2,fma"))) static void chain_rows_avx2{ROWS_SIGNATURE} {{
+  chain_rows(tensors, scalars, out, rows, cols);
+}}
+
+{launcher_head("cpu")}
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) chain_rows_avx2(tensors, scalars, out, rows, cols);
+  else chain_rows(tensors, scalars, out, rows, cols);
+}}
+"""
+
+
 def cpu_fused(chain: KernelChain, vectorised: bool) -> str:
-    """One pass per row: the chain in registers, then the reduction (if any)."""
+    """One pass per row: the chain in registers, then the reduction (if any). Vectorised: SIMD
+    loops in ``chain_rows``, compiled twice (baseline SSE2 and AVX2 + FMA) and picked at run time."""
     exp, _ = math_names("cpu", vectorised)
     value = chain_call(chain, "x[r * cols + c]", "r * cols + c", "c")
     if chain.reduction:
@@ -305,15 +324,19 @@ def cpu_fused(chain: KernelChain, vectorised: bool) -> str:
     else:
         body = [*(["#pragma omp simd"] if vectorised else []),
                 f"    for (int64_t c = 0; c < cols; ++c) out[r * cols + c] = {value};"]
-    return "\n".join([*preamble(chain, "cpu", vectorised, False), *chain_function(chain, "cpu", vectorised),
-                      launcher_head("cpu"), "  const float* x = tensors[0];", *cpu_unpack(chain),
-                      "  for (int64_t r = 0; r < rows; ++r) {", *body, "  }", "}", ""])
+    rows = ["  const float* x = tensors[0];", *cpu_unpack(chain), "  for (int64_t r = 0; r < rows; ++r) {", *body,
+            "  }", "}", ""]
+    head = [*preamble(chain, "cpu", vectorised, False), *chain_function(chain, "cpu", vectorised)]
+    if not vectorised:
+        return "\n".join([*head, launcher_head("cpu"), *rows])
+    return "\n".join([*head, f"static inline __attribute__((always_inline)) void chain_rows{ROWS_SIGNATURE} {{",
+                      *rows, CPU_DISPATCH])
 
 
 def cpu_naive(chain: KernelChain) -> str:
     """One function per op over all elements, from its input buffer into a new one."""
     parts, cases = [*preamble(chain, "cpu", False, False)], []
-    signature = "(const float* const* tensors, const double* scalars, float* out, int64_t rows, int64_t cols)"
+    signature = ROWS_SIGNATURE
     for k, b in enumerate(chain.steps):
         single = KernelChain((b,), None)
         expr = step_expr(b, f"{b.operand.name}[{'i' if b.operand.role == 'input' else 'i % cols'}]"
