@@ -33,7 +33,9 @@ from data_gen.family import (REDUCTIONS, ChainSpec, bound_steps, describe, famil
 
 from .episode import AgentConfig, run_episode
 from .policies import ScriptedPolicy
-from .teacher_kernels import KERNEL_STEM, VARIANT_TITLES, KernelChain, solution_files, vectorisable
+from .teacher_cuda import cuda_fused, cuda_naive
+from .teacher_kernels import (BINDING_PATH, KERNEL_STEM, KernelChain, binding_source, cpu_fused, cpu_naive,
+                              fused_calls, model_new_source, naive_calls)
 from .toolcall import ToolCall, format_tool_call
 from .trajectory import Trajectory, TrajectoryWriter
 
@@ -53,6 +55,34 @@ REDUCTION_BUGS = {
 # A bug counts as visible when it moves the output by more than this (abs and rel: 100x the
 # float32 verification tolerance) on probe inputs.
 VISIBLE_DIFF = 1e-2
+
+
+VARIANT_TITLES = {"naive": "one kernel per op, an intermediate buffer each",
+                  "fused": "the whole chain in one kernel",
+                  "vectorised": "one fused kernel with vector loads and SIMD-friendly math"}
+
+
+def vectorisable(backend: str, cols: int) -> bool:
+    """float4 loads need rows that start 16-byte aligned; CPU SIMD loops handle any length."""
+    return backend == "cpu" or cols % 4 == 0
+
+
+def kernel_source(chain: KernelChain, variant: str, backend: str) -> str:
+    if variant == "naive":
+        return cuda_naive(chain) if backend == "cuda" else cpu_naive(chain)
+    vector = variant == "vectorised"
+    return cuda_fused(chain, vector) if backend == "cuda" else cpu_fused(chain, vector)
+
+
+def solution_files(chain: KernelChain, variant: str, backend: str, init_args: list[str], params: list[str],
+                   inputs: list[str], title: str) -> dict[str, str]:
+    """The workspace files (path -> text) of ``chain`` written as ``variant``; ``init_args``,
+    ``params`` and ``inputs`` are Model's (ModelNew keeps its signature and parameters)."""
+    calls = naive_calls(chain) if variant == "naive" else fused_calls(chain)
+    suffix = ".cu" if backend == "cuda" else ".cpp"
+    return {KERNEL_STEM + suffix: kernel_source(chain, variant, backend), BINDING_PATH: binding_source(backend),
+            "model_new.py": model_new_source(init_args, params, inputs, calls, chain.reduction in ("sum", "max"),
+                                             title)}
 
 
 @dataclass
