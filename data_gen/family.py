@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .compose import Candidate
-from .dataset import SCHEMA, encode
+from .dataset import SCHEMA, encode, normalized_hash
 from .filter import FilterConfig
 from .pipeline import run_filter
 from .program import assemble
@@ -389,7 +389,8 @@ def candidate(spec: ChainSpec, index: int, seed: int) -> Candidate:
 
 def dataset_row(spec: ChainSpec, cand: Candidate, result: Any, held_out_percent: int) -> dict[str, Any]:
     return {"code": cand.code, "ops": cand.ops, "data_source": cand.data_source, "id": spec.id,
-            "composer": "family", "seed": cand.seed, "index": cand.index, "eager_ms": result.eager_ms,
+            "composer": "family", "seed": cand.seed, "index": cand.index, "code_sha256": normalized_hash(cand.code),
+            "eager_ms": result.eager_ms,
             "compile_ms": result.compile_ms, "device": result.device, "verdicts": result.verdicts,
             "spec": spec.to_json(), "signature": spec.signature, "split": spec.split(held_out_percent)}
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 
-from data_gen.dataset import load_tasks
+from data_gen.dataset import load_tasks, normalized_hash
 from data_gen.family import (OPS, REDUCTIONS, SHAPES, ChainSpec, bound_steps, build_family, chain_is_safe,
                              example_specs, family_specs, main, render_task, sample_specs)
 from data_gen.program import check_task_source
@@ -129,3 +130,23 @@ def test_example_specs_cover_every_op_and_ending():
     assert {s.kind.name for spec in specs for s in spec.steps} == set(OPS)
     assert {s.reduction for s in specs} == {None, *REDUCTIONS}
     assert all(s.shape == (16, 64) for s in specs)
+
+
+FAMILY_CPU = Path(__file__).resolve().parents[2] / "data" / "family" / "cpu" / "tasks.parquet"
+
+
+def test_committed_cpu_set_matches_its_specs():
+    rows = load_tasks(FAMILY_CPU)
+    report = json.loads(FAMILY_CPU.with_name("tasks_report.json").read_text())
+    assert 100 <= len(rows) == report["accepted"] <= 300
+    specs = family_specs(rows)
+    for row, spec in zip(rows, specs):
+        assert row["id"] == spec.id and row["code"] == render_task(spec) and spec.shape in SHAPES["cpu"]
+        assert row["split"] == spec.split() and row["signature"] == spec.signature
+        assert row["code_sha256"] == normalized_hash(row["code"])
+        assert all(v["passed"] is True for v in row["verdicts"].values())
+        assert 0.05 <= row["eager_ms"] <= 50.0 and row["compile_ms"] > 0
+    assert len({s.id for s in specs}) == len(specs)
+    sides = {split: {s.signature for s, r in zip(specs, rows) if r["split"] == split} for split in ("train", "heldout")}
+    assert sides["train"] and sides["heldout"] and not sides["train"] & sides["heldout"]
+    assert report["split"] == {split: sum(r["split"] == split for r in rows) for split in ("heldout", "train")}
