@@ -1,11 +1,12 @@
 # Two commands do all set-up on a fresh machine (see README):
-#   make demo   install, then judge a bundled kernel with the sandbox (GPU if present, else CPU)
+#   make train  install, then a few real steps of agentic PPO with the embedded defaults
 #   make test   install, then run the test suite (GPU tests skip cleanly without CUDA)
+# make demo judges a bundled kernel with the sandbox (GPU if present, else CPU).
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install demo test test-gpu
+.PHONY: install train demo test test-gpu
 
 install: $(VENV)/.installed
 
@@ -16,6 +17,9 @@ $(VENV)/.installed: pyproject.toml scripts/install_torch.sh
 	bash scripts/install_torch.sh $(PY)
 	$(PY) -m pip install -q -e '.[test]'
 	touch $@
+
+train: install
+	$(PY) train.py stage=agentic_rl reward=graduated
 
 demo: install
 	$(PY) -m sandbox demo

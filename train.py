@@ -35,12 +35,14 @@ Resume a killed run from its last checkpoint (same step count and optimiser stat
 Writes into output_dir: checkpoints/*.ckpt (last.ckpt for resume and init_from), metrics.csv
 (logger=csv) or a W&B run (logger=wandb; offline without credentials), rollouts/*.jsonl (every
 episode's trajectory row), tasks/ (the task files), actor/ (the trained actor as an HF
-directory, for eval.py policy=hf). Metric names: README.md ("Training"). Exit status 2 with one
+directory, for eval.py policy=hf). stdout is one line: the stage, its steps, the last rollout
+reward and pass rate, and where the checkpoint is. Metric names: docs/training.md ("Metrics"). Exit status 2 with one
 line on stderr for unusable input (a missing init_from, a model that cannot be loaded, a task
 set without tasks, an unknown stage, trainer=gpu without a GPU).
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import os
@@ -191,7 +193,8 @@ def train(cfg: DictConfig) -> dict[str, float]:
     critic = build(cfg.model.critic, actor=actor) if _wants(cfg, "critic") else None
     agent = agent_config(cfg, actor)
     data = OmegaConf.to_container(cfg.data, resolve=True)
-    dm = RolloutDataModule(output_dir=str(out_dir), sandbox=sandbox, reward=cfg.reward.name, **data)
+    dm = RolloutDataModule(output_dir=str(out_dir), sandbox=sandbox, reward=cfg.reward.name,
+                           device_gate=cfg.device_gate, **data)
     dm.prepare()  # a task set without tasks fails here, before anything is written
     module = build_module(cfg, actor, critic, agent)
     if cfg.init_from:
@@ -205,7 +208,17 @@ def train(cfg: DictConfig) -> dict[str, float]:
     trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
     if cfg.export_actor and trainer.is_global_zero:
         export_actor(actor, out_dir / "actor")
-    return {k: float(v) for k, v in trainer.callback_metrics.items()}
+    return {**{k: float(v) for k, v in trainer.callback_metrics.items()}, "global_step": float(trainer.global_step)}
+
+
+def summary_line(cfg: DictConfig, metrics: dict[str, float]) -> str:
+    """The one line train.py prints on stdout when a stage finishes."""
+    out_dir = Path(cfg.output_dir).expanduser()
+    shown = [f"{name.split('/')[-1]} {metrics[name]:.3f}" for name in ("rollout/reward_mean", "rollout/pass_rate")
+             if name in metrics]
+    steps = int(metrics.get("global_step", 0))
+    return f"{cfg.stage.name}: {steps} steps; {', '.join(shown) or 'no rollout metrics'}; " \
+           f"checkpoint {out_dir / 'checkpoints' / 'last.ckpt'}"
 
 
 def _wants(cfg: DictConfig, part: str) -> bool:
@@ -226,7 +239,10 @@ def known_errors() -> tuple[type, ...]:
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
     try:
-        train(cfg)
+        # Progress bars and Lightning's banners go to stderr, so stdout is the summary line alone.
+        with contextlib.redirect_stdout(sys.stderr):
+            metrics = train(cfg)
+        print(summary_line(cfg, metrics))
     except MissingMandatoryValue as exc:
         print(f"error: {exc.full_key} must be set, e.g. {exc.full_key}=VALUE on the command line", file=sys.stderr)
         sys.exit(USAGE_ERROR)

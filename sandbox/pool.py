@@ -153,12 +153,30 @@ class DeviceLanes:
         _acquire(take, cancel, "a device lane")
         start = time.monotonic()
         try:
-            yield got[0]
+            # Nothing else heavy runs on the device while this lane works on it (sandbox/gate.py).
+            with self._gate(got[0], cancel):
+                yield got[0]
         finally:
             with self._lock:
                 self.busy_s[got[0]] += time.monotonic() - start
                 self.served[got[0]] += 1
             self._free.put(got[0])
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _gate(device: str, cancel: threading.Event):
+        from .gate import DeviceGate, GateCancelled, gate_key
+        from .judge import Cancelled
+
+        gate = DeviceGate(gate_key("cpu" if device == "-" else "cuda", device), cancelled=cancel.is_set)
+        try:
+            gate.__enter__()
+        except GateCancelled as exc:
+            raise Cancelled(str(exc)) from None
+        try:
+            yield
+        finally:
+            gate.__exit__()
 
     def install_cached_build(self, solution_dir: Path, cfg: SandboxConfig) -> bool:
         """A workspace whose linked module is cached needs no build worker (a cache hit)."""

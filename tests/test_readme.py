@@ -116,6 +116,14 @@ def check_outputs(argv: list[str], proc: subprocess.CompletedProcess, checkout: 
         for name in ("tasks.parquet", "report.md", "report.json", "data_gen.log"):
             assert (out_dir / name).is_file(), name
         assert re.fullmatch(r"accepted \d+ of \d+ judged; \d+ tasks in \S+tasks.parquet\n", proc.stdout), proc.stdout
+    elif argv[1:2] == ["train.py"]:
+        stage = next(a.split("=", 1)[1] for a in argv if a.startswith("stage="))
+        out_dir = checkout / "outputs" / "train" / stage
+        assert f"`{out_dir.relative_to(checkout)}/`" in readme, f"the README does not name {out_dir}"
+        for name in ("checkpoints/last.ckpt", "metrics.csv", "rollouts/train.jsonl", "actor/config.json"):
+            assert (out_dir / name).is_file(), name
+        assert re.fullmatch(rf"{stage}: [1-9]\d* steps; reward_mean -?[\d.]+, pass_rate [\d.]+; checkpoint "
+                            rf"\S+/checkpoints/last.ckpt\n", proc.stdout), proc.stdout
     elif argv[1:3] == ["-m", "sandbox"] and "--json" in argv:
         assert json.loads(proc.stdout)["reward"] is not None
     elif argv[1:3] == ["-m", "sandbox"]:

@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 # Environment that hands rank 0's pool address and key to the other ranks (set by train.py
 # before the ranks are launched, so that every rank inherits the same values).
 POOL_ADDRESS_ENV, POOL_KEY_ENV = "CUDA_AGENT_POOL_ADDRESS", "CUDA_AGENT_POOL_KEY"
+# device_gate settings: auto (gate when the sandbox times on the training device), always, never.
+GATE_MODES = ("auto", "always", "never")
 
 
 class ListDataset(Dataset):
@@ -71,7 +73,8 @@ class RolloutDataModule(pl.LightningDataModule):
                  tasks_per_step: int = 4, samples_per_task: int = 2, val_fraction: float = 0.1,
                  val_max_tasks: int = 16, val_samples_per_task: int = 1, split_seed: int = 0,
                  max_tasks: int = 0, episodes_in_flight: int = 8, drop_stop_reasons: Sequence[str] = (),
-                 mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8):
+                 mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8,
+                 device_gate: str = "auto"):
         super().__init__()
         self.source, self.output_dir = tasks, Path(output_dir)
         self.sandbox_cfg, self.reward_name = dict(sandbox), reward
@@ -80,6 +83,10 @@ class RolloutDataModule(pl.LightningDataModule):
         self.split_seed, self.max_tasks, self.episodes_in_flight = split_seed, max_tasks, episodes_in_flight
         self.drop_stop_reasons, self.mask_stop_reasons = set(drop_stop_reasons), set(mask_stop_reasons)
         self.trajectory_batch_size = trajectory_batch_size
+        if device_gate not in GATE_MODES:
+            raise ValueError(f"device_gate={device_gate!r}: expected one of {', '.join(GATE_MODES)}")
+        self.gate_mode = device_gate
+        self._gate: Any = None
         self.train_tasks: list[Task] = []
         self.val_tasks: list[Task] = []
         self.pool = None
@@ -197,9 +204,42 @@ class RolloutDataModule(pl.LightningDataModule):
         return kept
 
     def device_gate(self):
-        """Held around generation and updates when the sandbox times on a device training
-        uses too, so that no timing overlaps them (sandbox/gate.py); a no-op otherwise."""
-        return contextlib.nullcontext()
+        """Held around generation and updates when the sandbox times on the device training
+        uses (sandbox/gate.py: the lanes hold the same gate), so that no timed run overlaps
+        them; a no-op when the devices differ or ``device_gate=never``."""
+        if self._gate is None:
+            from sandbox.gate import DeviceGate
+
+            key = self._gate_key()
+            self._gate = DeviceGate(key) if key else contextlib.nullcontext()
+            log.info("device gate: %s", f"generation and updates hold {key}" if key else "off")
+        return self._gate
+
+    def gate_wait_s(self) -> float:
+        """Seconds training has waited for the device gate so far (lanes were timing)."""
+        return float(getattr(self._gate, "waited_s", 0.0))
+
+    def _gate_key(self) -> Optional[str]:
+        from sandbox.gate import gate_key, gate_key_for_torch_device
+        from sandbox.pool import visible_devices
+
+        if self.gate_mode == "never":
+            return None
+        trainer = self.trainer
+        device = trainer.strategy.root_device if trainer is not None else torch.device("cpu")
+        key = gate_key_for_torch_device(device)
+        if device.type == "cpu" and trainer is not None and trainer.world_size > 1:
+            # Ranks sharing the host would share its gate, and an update holds the gate across
+            # gradient all-reduces: one rank waiting for the gate would stall them all.
+            if self.gate_mode == "always":
+                raise ValueError(f"device_gate=always with {trainer.world_size} ranks on the CPU would deadlock "
+                                 "(they share one gate across their collectives): use auto or never")
+            return None
+        if self.gate_mode == "always":
+            return key
+        cfg = self.sandbox_config()
+        lanes = cfg.devices or visible_devices(cfg.backend)
+        return key if key in {gate_key(cfg.backend, d) for d in lanes} else None
 
     @staticmethod
     def pad_token_id(policy: Any) -> int:

@@ -87,6 +87,7 @@ class PPOStage(pl.LightningModule):
         stats["perf/step_s"] = update_s + result.metrics["perf/rollout_s"]
         stats["perf/update_tokens_per_s"] = self.ppo_epochs * float(result.batch.attention.sum()) / max(update_s, 1e-9)
         stats["perf/peak_memory_gb"] = peak_memory_gb(self.device)
+        stats["perf/gate_wait_s"] = dm.gate_wait_s()  # cumulative: time lanes kept training off the device
         self.log_dict(stats, batch_size=len(result.batch), sync_dist=True)
 
     def validation_step(self, tasks: list, batch_idx: int) -> None:

@@ -49,11 +49,13 @@ def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def small_overrides(model_dir: Path, out_dir: Path, sandbox_cache: Path) -> list[str]:
-    """Every size at its smallest: 2 steps of 2 short episodes, cheap CPU timing."""
-    return [f"model.actor.name_or_path={model_dir}", f"output_dir={out_dir}", "trainer=cpu",
+def small_overrides(model_dir: Path, out_dir: Path, sandbox_cache: Path, device: str = "cpu") -> list[str]:
+    """Every size at its smallest: 2 steps of 2 short episodes, cheap timing. ``device="cuda"``:
+    training on the GPU, the sandbox timing on it too (the GPU tests)."""
+    trainer, sandbox = ("trainer=gpu", "sandbox.backend=cuda") if device == "cuda" else ("trainer=cpu", "sandbox=cpu")
+    return [f"model.actor.name_or_path={model_dir}", f"output_dir={out_dir}", trainer,
             "trainer.max_steps=2", "trainer.val_check_interval=100", "trainer.enable_progress_bar=false",
-            "sandbox=cpu", f"sandbox.cache_dir={sandbox_cache}", "sandbox.compile_baseline=false",
+            sandbox, f"sandbox.cache_dir={sandbox_cache}", "sandbox.compile_baseline=false",
             "sandbox.timing.warmup=1", "sandbox.timing.warmup_ms=0", "sandbox.timing.repeats=3",
             "sandbox.build_workers=1", "data.tasks_per_step=1", "data.samples_per_task=2",
             "data.episodes_in_flight=2", "data.val_max_tasks=1", "agent.max_turns=2",
@@ -68,8 +70,11 @@ def compose_train(tiny_model_dir: Path, tmp_path: Path, sandbox_cache: Path) -> 
 
     import train  # registers the config resolvers
 
-    def make(*extra: str, out_dir: Path | None = None):
-        overrides = small_overrides(tiny_model_dir, out_dir or tmp_path / "run", sandbox_cache) + list(extra)
+    def make(*extra: str, out_dir: Path | None = None, device: str = "cpu", model: tuple[str, ...] = ()):
+        """``model``: overrides choosing another model in place of the tiny test model's path."""
+        overrides = small_overrides(tiny_model_dir, out_dir or tmp_path / "run", sandbox_cache, device)
+        overrides = ([o for o in overrides if not o.startswith("model.actor.name_or_path=")] + list(model)
+                     if model else overrides) + list(extra)
         with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
             return compose(config_name="train", overrides=overrides)
 

@@ -61,6 +61,7 @@ def test_ddp_over_two_cpu_processes_shares_one_sandbox_pool(run_train, tmp_path)
            for line in (run / "rollouts" / "train.jsonl").read_text().splitlines()]
     assert any("-r0-" in i for i in ids) and any("-r1-" in i for i in ids)  # both ranks ran episodes
     assert "rank 1 judges through the sandbox pool of rank 0" in out.stderr  # one pool, not one per rank
+    assert "device gate: off" in out.stderr  # ranks on one host never share a gate across all-reduces
     assert last_ckpt(run)["global_step"] == 2
 
 

@@ -59,10 +59,29 @@ def expert_trajectories(tiny_model_dir, sandbox_cache, tmp_path_factory) -> Path
 
 
 def test_the_four_stages_chain_through_init_from(compose_train, expert_trajectories, tmp_path):
+    chain_four_stages(compose_train, expert_trajectories, tmp_path, "cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("model", ["tiny", "llama_0p2b"])
+def test_the_four_stages_chain_on_the_gpu(compose_train, expert_trajectories, tmp_path, tiny_model_dir, model):
+    """The same chain trained in bf16 on the GPU, with the sandbox timing on it too (the device
+    gate keeps them apart): the tiny test model, and a ~0.2 B Llama built from its config (with
+    the test tokenizer, which the expert trajectory was tokenised with)."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    chosen = () if model == "tiny" else ("model=llama_0p2b", f"model.actor.tokenizer={tiny_model_dir}")
+    chain_four_stages(compose_train, expert_trajectories, tmp_path, "cuda", chosen)
+
+
+def chain_four_stages(compose_train, expert_trajectories, tmp_path, device: str, model: tuple = ()) -> None:
     from train import train
 
+    def compose(*extra, out_dir):
+        return compose_train(*extra, out_dir=out_dir, device=device, model=model)
+
     warmup = tmp_path / "warmup"
-    train(compose_train("stage=warmup", out_dir=warmup))
+    train(compose("stage=warmup", out_dir=warmup))
     columns, rows = metric_columns(warmup)
     for name in ("rollout/reward_mean", "rollout/pass_rate", "actor/loss", "actor/entropy", "actor/clip_fraction",
                  "actor/logprob_mismatch", "actor/grad_norm", "critic/loss", "critic/explained_var",
@@ -74,8 +93,8 @@ def test_the_four_stages_chain_through_init_from(compose_train, expert_trajector
     warm = ckpt_state(warmup)
 
     rft = tmp_path / "rft"
-    train(compose_train("stage=rft", f"init_from={warmup}", f"stage.module.trajectories={expert_trajectories}",
-                        out_dir=rft))
+    train(compose("stage=rft", f"init_from={warmup}", f"stage.module.trajectories={expert_trajectories}",
+                  out_dir=rft))
     after_rft = ckpt_state(rft)
     assert not same(part(after_rft, "actor"), part(warm, "actor"))  # SFT changed the actor
     assert same(part(after_rft, "critic"), part(warm, "critic"))  # the warm-up critic, carried
@@ -83,14 +102,14 @@ def test_the_four_stages_chain_through_init_from(compose_train, expert_trajector
     assert "actor/sft_loss" in columns and float(next(r["rft/kept"] for r in rows if r.get("rft/kept"))) == 1
 
     value = tmp_path / "value"
-    train(compose_train("stage=value_pretrain", f"init_from={rft}",
-                        f"stage.module.trajectories={expert_trajectories}", out_dir=value))
+    train(compose("stage=value_pretrain", f"init_from={rft}",
+                  f"stage.module.trajectories={expert_trajectories}", out_dir=value))
     after_value = ckpt_state(value)
     assert same(part(after_value, "actor"), part(after_rft, "actor"))  # the RFT actor, carried
     assert not same(part(after_value, "critic"), part(after_rft, "critic"))
 
     agentic = tmp_path / "agentic"
-    train(compose_train("stage=agentic_rl", f"init_from={value}", out_dir=agentic))
+    train(compose("stage=agentic_rl", f"init_from={value}", out_dir=agentic))
     episodes = [json.loads(line) for line in (agentic / "rollouts" / "train.jsonl").read_text().splitlines()]
     assert {e["mode"] for e in episodes} == {"multi_turn"}
     # The first rollout batch was sampled by the value stage's actor: version 0 of this run.
