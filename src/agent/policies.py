@@ -11,6 +11,7 @@ exact prompt token ids), produce the next assistant reply.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
@@ -136,7 +137,7 @@ class HFPolicy:
     def __init__(self, model_name_or_path: str = "", model: Any = None, tokenizer: Any = None,
                  device: Optional[str] = None, dtype: str = "auto", lora_path: str = "", temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None, max_batch: int = 1,
-                 batch_wait_ms: float = 5.0, version: int = 0):
+                 batch_wait_ms: float = 5.0, version: int = 0, name: str = "", generation_gate: Any = None):
         if model is None or tokenizer is None:
             from src.llm.hf_local import load_pretrained
 
@@ -147,7 +148,10 @@ class HFPolicy:
         if device is not None:
             model.to(device)  # in place: the same module object
         self.model, self.tokenizer = model, tokenizer
-        self.name = model_name_or_path or type(model).__name__
+        self.name = name or model_name_or_path or type(model).__name__
+        # Held around each generation (a context-manager factory): training on a GPU the sandbox
+        # also times on keeps timing and generation apart (src/data/rollout.py device_gate).
+        self.generation_gate = generation_gate or contextlib.nullcontext
         self.params = SamplingParams(float(temperature), float(top_p), int(top_k))
         self.stop_ids = end_of_turn_ids(tokenizer, model)
         self.version = int(version)
@@ -224,7 +228,7 @@ class HFPolicy:
 
     def generate_batch(self, prompts: list[tuple[list[int], int]]) -> list[Generation]:
         """One left-padded batch; each reply is cut at its own stop or budget."""
-        with self._generating:
+        with self._generating, self.generation_gate():
             version = self.version
             modes = [(module, module.training) for module in self.model.modules()]
             self.model.eval()

@@ -191,14 +191,16 @@ class Trajectory:
 
 
 class TrajectoryWriter:
-    """Appends one JSON line per episode and flushes it, so a crash loses no finished episode."""
+    """Appends one JSON line per episode and flushes it, so a crash loses no finished episode.
+    ``extra`` fields are added to every row (training adds its step)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, extra: Optional[dict[str, Any]] = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.extra = dict(extra or {})
 
     def append(self, trajectory: Trajectory) -> None:
-        line = json.dumps(trajectory.to_row(), ensure_ascii=False)
+        line = json.dumps({**trajectory.to_row(), **self.extra}, ensure_ascii=False)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()

@@ -6,6 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from sandbox.backend import visible_backend
 from sandbox.config import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +30,14 @@ def test_defaults_are_the_sample_benchmark_replayed_on_the_default_sandbox(eval_
     assert (cfg.benchmark.name, cfg.policy.name, cfg.reward.name) == ("sample", "replay", "graduated")
     assert OmegaConf.is_missing(cfg.policy, "solutions")
     assert (REPO / cfg.benchmark.root).is_dir()
-    assert eval_entry.sandbox_config(cfg) == SandboxConfig()
-    assert cfg.output_dir == "outputs/eval/sample-replay-cuda"
+    backend = visible_backend()  # the default: this machine's
+    assert eval_entry.sandbox_config(cfg) == SandboxConfig(backend=backend)
+    assert cfg.output_dir == f"outputs/eval/sample-replay-{backend}"
+
+
+def test_an_explicit_backend_wins_over_the_machines():
+    assert compose_eval("sandbox=cpu").sandbox.backend == "cpu"
+    assert compose_eval("sandbox.backend=cuda").output_dir == "outputs/eval/sample-replay-cuda"
 
 
 def test_kernelbench_needs_a_root():
