@@ -72,9 +72,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--corpus-tasks", default=str(ROOT / "data" / "ops_h200" / "tasks.parquet"),
                    help="a task parquet whose prompts join the tokenizer's corpus ('' for none)")
     p.add_argument("--demos-per-task", type=int, default=2)
-    p.add_argument("--steps", type=int, default=200, help="most behaviour-cloning steps")
-    p.add_argument("--lr", type=float, default=2e-2)
-    p.add_argument("--batch-size", type=int, default=5,
+    p.add_argument("--steps", type=int, default=400, help="most behaviour-cloning steps")
+    p.add_argument("--lr", type=float, default=1e-2)
+    p.add_argument("--batch-size", type=int, default=2,
                    help="demonstrations per step (0: all); their shared system prompt runs once a step")
     p.add_argument("--target-loss", type=float, default=0.005, help="stop once a step's loss is below")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="saved weights")
