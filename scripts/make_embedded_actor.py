@@ -3,7 +3,7 @@ scripted expert episodes of this repository's correct example solutions, run thr
 sandbox, then reloaded by path with HFPolicy and measured on greedy episodes.
 
 Launch lines (from the repository root):
-    # CPU (the committed build; about an hour on 2 cores):
+    # CPU (the committed build; README.md in the output says how long it took):
     python scripts/make_embedded_actor.py --backends cpu --out data/models/tiny_actor
     # A GPU host: CPU and CUDA demonstrations in one model (the CUDA ones need the GPU sandbox;
     # the model conditions on SKILL.md's backend paragraph and the task):
@@ -19,7 +19,7 @@ What it does:
      offline chat template (src/agent/offline_model.py);
   3. --demos-per-task expert episodes per pair (write each file, compile, verify, profile,
      finish) through the sandbox pool: the training examples are their token ledgers;
-  4. a fresh Llama of size "actor" (hidden 128, 4 layers, 4 heads; tied embeddings) trained with
+  4. a fresh Llama of size "actor" (hidden 128, 2 layers, 4 heads; tied embeddings) trained with
      behaviour_clone on the generated tokens only, saved with save_pretrained in --dtype;
   5. HFPolicy loads --out by path (as policy.model_name_or_path=PATH does) and runs
      --eval-rounds greedy episodes per kept task through the pool; the counts go to the README.
@@ -72,10 +72,11 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--corpus-tasks", default=str(ROOT / "data" / "ops_h200" / "tasks.parquet"),
                    help="a task parquet whose prompts join the tokenizer's corpus ('' for none)")
     p.add_argument("--demos-per-task", type=int, default=2)
-    p.add_argument("--steps", type=int, default=600, help="most behaviour-cloning steps")
+    p.add_argument("--steps", type=int, default=400, help="most behaviour-cloning steps")
     p.add_argument("--lr", type=float, default=1e-2)
-    p.add_argument("--batch-size", type=int, default=2, help="demonstrations per step (0: all)")
-    p.add_argument("--target-loss", type=float, default=0.002, help="stop once a step's loss is below")
+    p.add_argument("--batch-size", type=int, default=2,
+                   help="demonstrations per step (0: all); their shared system prompt runs once a step")
+    p.add_argument("--target-loss", type=float, default=0.005, help="stop once a step's loss is below")
     p.add_argument("--dtype", choices=["bfloat16", "float32"], default="bfloat16", help="saved weights")
     p.add_argument("--device", default="cpu", help="where training runs")
     p.add_argument("--eval-rounds", type=int, default=2, help="greedy episodes per kept task")
@@ -252,7 +253,7 @@ def readme(build: dict) -> str:
              + "; ".join(", ".join([f"`{c}`" for c in d["not_correct"]]
                                    + [f"`{task}: {why}`" for task, why in d["unreadable"].items()])
                          for d in build["demonstrations"].values()) + ".",
-             f"- Model: Llama, hidden 128, 4 layers, 4 heads, tied embeddings, vocabulary {build['vocab_size']} "
+             f"- Model: Llama, hidden 128, 2 layers, 4 heads, tied embeddings, vocabulary {build['vocab_size']} "
              f"(byte-level BPE with the offline chat template, trained on the episodes' text and the task "
              f"prompts of `{build['corpus_tasks']}`); {m['parameters']:,} parameters, {m['dtype']}.",
              f"- Training: {t['steps']} steps of AdamW (lr {t['lr']}, {t['batch_size']} demonstrations a step, "

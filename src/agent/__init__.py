@@ -1,6 +1,7 @@
 """The agent environment: an episode workspace, tools over it and the sandbox pool, the ReAct
 loop with limits, policies (HF causal LM, OpenAI-compatible API, scripted) and the trajectory
-record that training reads. See docs/agent.md.
+record that training reads, and the rule that picks rows for rejection fine-tuning. See
+docs/agent.md.
 
     from src.agent import AgentConfig, ScriptedPolicy, run_episode
     with make_pool(sandbox_cfg) as pool:
@@ -8,11 +9,14 @@ record that training reads. See docs/agent.md.
                                      reward="graduated"))
 """
 from .episode import AgentConfig, Episode, run_episode, run_episodes
+from .filters import FilterRules, exclusion_reasons, filter_rows
 from .policies import APIPolicy, Generation, HFPolicy, PolicyError, ScriptedPolicy, build_policy
+from .sampling import SamplingParams
 from .toolcall import ToolCall, parse_tool_calls
-from .trajectory import Trajectory, TrajectoryWriter, read_trajectories, render_transcript
+from .trajectory import TemplateDrift, Trajectory, TrajectoryWriter, read_trajectories, render_transcript
 from .workspace import Workspace, WorkspaceError
 
-__all__ = ["AgentConfig", "Episode", "run_episode", "run_episodes", "APIPolicy", "Generation", "HFPolicy",
-           "PolicyError", "ScriptedPolicy", "build_policy", "ToolCall", "parse_tool_calls", "Trajectory",
-           "TrajectoryWriter", "read_trajectories", "render_transcript", "Workspace", "WorkspaceError"]
+__all__ = ["AgentConfig", "Episode", "run_episode", "run_episodes", "FilterRules", "exclusion_reasons",
+           "filter_rows", "APIPolicy", "Generation", "HFPolicy", "PolicyError", "ScriptedPolicy", "build_policy",
+           "SamplingParams", "ToolCall", "parse_tool_calls", "TemplateDrift", "Trajectory", "TrajectoryWriter",
+           "read_trajectories", "render_transcript", "Workspace", "WorkspaceError"]

@@ -28,6 +28,7 @@ from sandbox.solution import read_solution
 
 from .episode import AgentConfig, run_episode, system_prompt, task_prompt
 from .policies import ScriptedPolicy
+from .sampling import cache_keyword
 from .toolcall import ToolCall, format_tool_call
 from .tools import tool_schemas
 from .trajectory import Trajectory
@@ -77,7 +78,7 @@ CHAT_TEMPLATE = (
 
 # name: (hidden, layers, heads, intermediate). tiny: CPU tests; actor: the embedded default actor
 # (data/models/tiny_actor, a few MB); small: one GPU in minutes.
-MODEL_SIZES = {"tiny": (64, 2, 4, 192), "actor": (128, 4, 4, 384), "small": (256, 4, 8, 768),
+MODEL_SIZES = {"tiny": (64, 2, 4, 192), "actor": (128, 2, 4, 384), "small": (256, 4, 8, 768),
                "base": (512, 8, 8, 1536)}
 
 
@@ -197,7 +198,7 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
     import torch
     from tqdm import tqdm
 
-    all_ids, all_labels, all_attention = pad_batch(examples, pad_id, device)
+    pad_batch(examples, pad_id, "cpu")  # every example is well formed, before any step
     batch = batch_size if 0 < batch_size < len(examples) else len(examples)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
@@ -206,10 +207,8 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
     losses: list[float] = []
     bar = tqdm(range(steps), desc="behaviour cloning", unit="step", disable=not progress)
     for _ in bar:
-        rows = torch.randperm(len(examples))[:batch].to(device)
-        ids, labels, attention = all_ids[rows], all_labels[rows], all_attention[rows]
-        length = int(attention.sum(dim=1).max())  # no step pays for padding beyond its longest row
-        loss = model(input_ids=ids[:, :length], attention_mask=attention[:, :length], labels=labels[:, :length]).loss
+        rows = torch.randperm(len(examples))[:batch].tolist()
+        loss = cloning_loss(model, [examples[i] for i in rows], pad_id, device)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -222,6 +221,45 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
     bar.close()
     model.eval()
     return losses
+
+
+def cloning_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int, device: str) -> Any:
+    """The mean cross-entropy of the batch's generated tokens (mask 1), each predicted from the
+    ids before it: what ``model(input_ids, labels=...)`` computes, at less cost. The ids every
+    row starts with (the system prompt, most of a demonstration's tokens) run once for the whole
+    batch and their KV cache is shared by the rows (gradients flow through it: the same
+    gradients as a forward of every row); the LM head runs only where a label is."""
+    import torch
+
+    first_label = min(mask.index(1) for _, mask in batch)
+    shared = min(common_prefix([ids for ids, _ in batch]), first_label - 1)
+    decoder, head, cache_name = model.get_decoder(), model.get_output_embeddings(), cache_keyword(model)
+    ids, labels, attention = pad_batch([(i[shared:], m[shared:]) for i, m in batch], pad_id, device)
+    length = int(attention.sum(dim=1).max())  # no step pays for padding beyond its longest row
+    ids, labels, attention = ids[:, :length], labels[:, :length], attention[:, :length]
+    inputs: dict[str, Any] = {}
+    if shared > 0:
+        prefix = decoder(input_ids=torch.tensor([batch[0][0][:shared]], device=device), use_cache=True)
+        cache = getattr(prefix, "cache", None)
+        cache = prefix.past_key_values if cache is None else cache
+        cache.batch_repeat_interleave(len(batch))
+        inputs = {cache_name: cache, "use_cache": True}
+    positions = (shared + torch.arange(length, device=device)).expand(len(batch), -1)
+    hidden = decoder(input_ids=ids, attention_mask=torch.cat([attention.new_ones(len(batch), shared), attention], 1),
+                     position_ids=positions, **inputs).last_hidden_state
+    targets = labels[:, 1:]
+    keep = targets != -100
+    logits = head(hidden[:, :-1][keep])
+    return torch.nn.functional.cross_entropy(logits if logits.element_size() >= 4 else logits.float(), targets[keep])
+
+
+def common_prefix(rows: Sequence[list[int]]) -> int:
+    """How many leading ids all rows share."""
+    first = rows[0]
+    n = min(len(r) for r in rows)
+    for row in rows[1:]:
+        n = next((i for i, (a, b) in enumerate(zip(first[:n], row[:n])) if a != b), n)
+    return n
 
 
 def cosine(step: int, steps: int, floor: float = 0.1) -> float:

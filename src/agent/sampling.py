@@ -80,16 +80,21 @@ class SampledReply:
     finish_reason: str
 
 
+def cache_keyword(module: Any) -> str:
+    """The name of a forward's KV-cache argument: ``cache`` from transformers 5.2x on,
+    ``past_key_values`` before. A peft wrapper forwards keywords to its base model, so the base
+    model's signature decides."""
+    base = module.get_base_model() if hasattr(module, "get_base_model") else module
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 def _forward_keywords(model: Any) -> tuple[dict[str, Any], str]:
-    """Keywords every forward gets, and the name of the KV-cache argument. Ask for the last
-    position's logits only (the prefill of a 100k-token prompt would otherwise materialise
-    [B, 100k, V] logits) when the model can. The cache argument is ``cache`` from transformers
-    5.2x on, ``past_key_values`` before. A peft wrapper forwards keywords to its base model, so
-    the base model's signature decides."""
+    """Keywords every forward gets, and the cache argument's name. Ask for the last position's
+    logits only (the prefill of a 100k-token prompt would otherwise materialise [B, 100k, V]
+    logits) when the model can."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
     names = inspect.signature(base.forward).parameters
-    extra = {"use_cache": True, **({"logits_to_keep": 1} if "logits_to_keep" in names else {})}
-    return extra, "cache" if "cache" in names else "past_key_values"
+    return {"use_cache": True, **({"logits_to_keep": 1} if "logits_to_keep" in names else {})}, cache_keyword(model)
 
 
 def _step(model: Any, extra: dict[str, Any], cache_name: str, cache: Any, **inputs: Any) -> tuple[Any, Any]:

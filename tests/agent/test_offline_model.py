@@ -8,7 +8,8 @@ import pytest
 
 from src.agent import AgentConfig, ScriptedPolicy, parse_tool_calls, run_episode
 from src.agent.offline_model import (CHAT_TEMPLATE, behaviour_clone, build_chat_tokenizer, chat_corpus,
-                                     expert_replies, pad_batch, save_policy, small_model_config)
+                                     cloning_loss, common_prefix, expert_replies, pad_batch, save_policy,
+                                     small_model_config)
 from src.agent.tools import tool_schemas
 from src.agent.trajectory import render_ids
 
@@ -140,6 +141,31 @@ def test_cloning_loss_is_the_mean_over_the_masked_tokens_only(bpe_tokenizer):
     targets = [t for t in range(1, len(ids)) if mask[t]]  # token t is predicted from position t - 1
     expected = torch.nn.functional.cross_entropy(logits[[t - 1 for t in targets]], torch.tensor(ids)[targets])
     assert len(targets) == len(reply) and loss == pytest.approx(expected.item(), rel=1e-4)
+
+
+def test_the_shared_prefix_loss_has_the_gradients_of_a_plain_forward(bpe_tokenizer):
+    """cloning_loss runs the rows' common prefix once and the LM head only on labels: the loss
+    and every gradient equal those of a plain forward over the padded rows."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(small_model_config(bpe_tokenizer, "tiny", max_positions=512)).double()
+    ids, mask, _ = cloning_example(bpe_tokenizer)
+    other = ids[:30] + [int(t) for t in torch.randint(10, len(bpe_tokenizer), (25,))]
+    batch = [(ids, mask), (other, [0] * 40 + [1] * 15)]
+    assert common_prefix([ids, other]) >= 30
+    loss = cloning_loss(model, batch, bpe_tokenizer.pad_token_id, "cpu")
+    loss.backward()
+    fast = {name: p.grad.clone() for name, p in model.named_parameters()}
+    model.zero_grad()
+    padded, labels, attention = pad_batch(batch, bpe_tokenizer.pad_token_id, "cpu")
+    logits = model(input_ids=padded, attention_mask=attention).logits  # float64 (HF's loss would cast to float32)
+    plain = torch.nn.functional.cross_entropy(logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+    plain.backward()
+    assert loss.item() == pytest.approx(plain.item(), abs=1e-10)
+    for name, p in model.named_parameters():  # CPU attention kernels differ by ~1e-8 among themselves
+        assert torch.allclose(fast[name], p.grad, rtol=1e-5, atol=1e-7), name
 
 
 def test_behaviour_cloning_reproduces_the_reply(bpe_tokenizer):
