@@ -262,11 +262,12 @@ def main(cfg: DictConfig) -> None:
 
 def check_group_choices(argv: list[str], conf_dir: Path = ROOT / "conf") -> str:
     """Empty, or one line naming a config group option given on the command line that does not
-    exist (Hydra's own message is several lines and exits 1)."""
+    exist (Hydra's own message is several lines and exits 1). Hydra's own groups (hydra/launcher:
+    plugins add options) are left to Hydra."""
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         group = conf_dir / key.replace(".", "/")
-        if not sep or not group.is_dir() or "," in value or value in ("null", ""):
+        if not sep or not group.is_dir() or "," in value or value in ("null", "") or key.startswith("hydra"):
             continue
         options = sorted(p.stem for p in group.glob("*.yaml"))
         if value not in options:

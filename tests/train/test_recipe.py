@@ -86,7 +86,8 @@ def test_ablations_override_what_they_name():
         assert cfg(name).sandbox.tolerance == "paper" and cfg(name).actor_optimizer.lr == 3e-6
 
 
-@pytest.mark.parametrize("name", [e for e in EXPERIMENTS if e != "paper"])  # paper: the pipeline test below
+# paper runs in the pipeline test, binary_reward and continuous_reward as the sweep test's two jobs.
+@pytest.mark.parametrize("name", [e for e in EXPERIMENTS if e not in ("paper", "binary_reward", "continuous_reward")])
 def test_every_experiment_composes_its_stages_and_trains_a_step(name, tiny_model_dir, sandbox_cache, tmp_path):
     from src.pipeline import compose_stages
     from train import train
@@ -100,3 +101,175 @@ def test_every_experiment_composes_its_stages_and_trains_a_step(name, tiny_model
     metrics = train(compose(*overrides, f"stage={configs[-1].stage.name}", f"output_dir={run}"))
     assert "rollout/reward_mean" in metrics and "actor/loss" in metrics
     assert torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 1
+
+
+def state(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+
+
+def part(ckpt: dict, name: str) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in ckpt["state_dict"].items() if k.startswith(name + ".")}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_pipeline_runs_the_stages_in_order_and_a_rerun_skips_finished_ones(tiny_model_dir, sandbox_cache,
+                                                                          expert_trajectories, tmp_path, caplog):
+    from omegaconf import OmegaConf
+
+    from src.pipeline import DONE_FILE, run_pipeline
+
+    root = tmp_path / "paper"
+    overrides = tiny(tiny_model_dir, tmp_path / "ignored", sandbox_cache) + [
+        "experiment=paper", "pipeline=true", f"pipeline_dir={root}",
+        f"pipeline_overrides.rft=['stage.module.trajectories={expert_trajectories}']"]
+    results = run_pipeline(overrides)
+    assert list(results) == list(STAGES) and not (tmp_path / "ignored").exists()
+    ckpts = {name: state(root / name) for name in STAGES}
+    assert all((root / name / DONE_FILE).is_file() and ckpts[name]["global_step"] == 1 for name in STAGES)
+    # Each stage started from the previous one: RFT carried the warm-up critic, value pretraining
+    # the RFT actor (it trains only what it must), and fitted the trajectories RFT trained on.
+    assert same(part(ckpts["rft"], "critic"), part(ckpts["warmup"], "critic"))
+    assert not same(part(ckpts["rft"], "actor"), part(ckpts["warmup"], "actor"))
+    assert same(part(ckpts["value_pretrain"], "actor"), part(ckpts["rft"], "actor"))
+    assert not same(part(ckpts["value_pretrain"], "critic"), part(ckpts["rft"], "critic"))
+    value_cfg = OmegaConf.load(root / "value_pretrain" / "hparams.yaml")
+    assert value_cfg.stage.module.trajectories == str(expert_trajectories)
+    assert value_cfg.init_from == str(root / "rft") and value_cfg.sandbox.tolerance == "paper"
+
+    caplog.clear()
+    with caplog.at_level("INFO", logger="train.pipeline"):
+        again = run_pipeline(overrides)
+    assert again == results and caplog.text.count("finished earlier") == 4
+    assert all(state(root / name)["epoch"] == ckpts[name]["epoch"] for name in STAGES)
+    assert all((root / name / "checkpoints" / "last.ckpt").stat().st_mtime_ns <=
+               (root / name / DONE_FILE).stat().st_mtime_ns for name in STAGES)  # nothing trained again
+    # A stage that stopped before it was marked done resumes from its last checkpoint.
+    (root / "agentic_rl" / DONE_FILE).unlink()
+    rows = (root / "agentic_rl" / "metrics.csv").read_text()
+    run_pipeline(overrides)
+    assert (root / "agentic_rl" / DONE_FILE).is_file() and state(root / "agentic_rl")["global_step"] == 1
+    assert (root / "agentic_rl" / "metrics.csv").read_text().startswith(rows)
+
+
+def test_rft_samples_of_every_rank_merge_into_one_file(tmp_path):
+    from src.pipeline import merge_rank_files
+
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "sample.rank0.jsonl").write_text('{"a": 0}\n')
+    (tmp_path / "rollouts" / "sample.rank1.jsonl").write_text('{"a": 1}\n')
+    merged = merge_rank_files(tmp_path)
+    assert merged.read_text() == '{"a": 0}\n{"a": 1}\n'
+    assert merge_rank_files(tmp_path).read_text() == merged.read_text()  # idempotent
+    assert sorted(p.name for p in (tmp_path / "rollouts").iterdir()) == [
+        "sample.jsonl", "sample.rank0.jsonl", "sample.rank1.jsonl"]
+
+
+def test_init_fresh_keeps_the_newly_built_part(tmp_path):
+    from torch import nn
+
+    from src.stages.common import InitError, load_init
+
+    def stage() -> nn.Module:
+        module = nn.Module()
+        module.actor, module.critic = nn.Linear(2, 2), nn.Linear(2, 1)
+        return module
+
+    trained, fresh = stage(), stage()
+    with torch.no_grad():
+        for p in trained.parameters():
+            p.add_(1.0)
+    path = tmp_path / "last.ckpt"
+    torch.save({"state_dict": trained.state_dict()}, path)
+    before = {k: v.clone() for k, v in fresh.critic.state_dict().items()}
+    assert load_init(fresh, path, ("actor",), fresh=("critic",)) == {"actor": 2}
+    assert same(fresh.actor.state_dict(), trained.actor.state_dict())
+    assert same(fresh.critic.state_dict(), before)  # the no_value_pretrain ablation's fresh critic
+    with pytest.raises(InitError, match="needs"):
+        load_init(stage(), path, ("actor",), fresh=("actor",))
+
+
+def wandb_records(run_dir: Path) -> list:
+    """The protobuf records of an offline W&B run file (W&B's log format: a 7-byte file header,
+    then 32 KiB blocks of records, each with a 7-byte header: crc, length, type; a record larger
+    than a block's rest continues in the next block)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("*.wandb")).read_bytes()
+    records, pending, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        block_left = 32768 - pos % 32768
+        if block_left < 7:
+            pos += block_left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += block_left  # zero padding to the block's end
+            continue
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            record = pb.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+def test_a_two_job_sweep_writes_two_wandb_runs_of_one_group_and_compare_draws_them(run_train, tiny_model_dir,
+                                                                                   sandbox_cache, tmp_path, monkeypatch):
+    from src.compare import main as compare_main
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    sweep = tmp_path / "ablations"
+    out = run_train(tmp_path / "ignored", "-m", *tiny(tiny_model_dir, tmp_path / "ignored", sandbox_cache),
+                    "experiment=binary_reward,continuous_reward", "stage=warmup", "logger=wandb",
+                    f"hydra.sweep.dir={sweep}", small=False, timeout=900)
+    assert out.returncode == 0, out.stderr[-4000:]
+    jobs = {"0_experiment=binary_reward": "binary", "1_experiment=continuous_reward": "continuous"}
+    assert sorted(p.name for p in sweep.iterdir() if p.is_dir()) == sorted(jobs)
+    for job, reward in jobs.items():
+        (run_dir,) = (sweep / job / "wandb").glob("offline-run-*")
+        (run,) = [r.run for r in wandb_records(run_dir) if r.WhichOneof("record_type") == "run"]
+        assert (run.run_group, run.display_name, run.job_type) == ("ablations", job.split("_", 1)[1], "warmup")
+        config = {item.key: item.value_json for r in wandb_records(run_dir)
+                  if r.WhichOneof("record_type") == "config" for item in r.config.update}
+        assert json.loads(config["reward"]) == {"name": reward}  # the resolved config, carried
+        assert json.loads(config["sandbox"])["tolerance"] == "paper"
+
+    assert compare_main([str(sweep)]) == 0
+    pngs = sorted((sweep / "compare").glob("*.png"))
+    assert [p.name for p in pngs] == ["actor_entropy.png", "critic_explained_var.png",
+                                      "rollout_faster_than_compile.png", "rollout_reward_mean.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in pngs)
+    table = (sweep / "compare" / "summary.md").read_text().splitlines()
+    assert table[0].startswith("| run | rollout/reward_mean final | rollout/reward_mean best |")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table[2:]}
+    assert sorted(rows) == sorted(jobs) and all(" - |" not in line.split(" | ", 3)[1] for line in rows.values())
+
+
+def test_compare_errors_are_one_line_with_exit_2(tmp_path, capsys):
+    from src.compare import main as compare_main
+
+    assert compare_main([str(tmp_path / "nope")]) == 2
+    assert compare_main([str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 2 and "no such directory" in err[0] and "no run" in err[1]
+
+
+def test_the_slurm_launcher_config_composes_with_the_submitit_plugin():
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="pip install hydra-submitit-launcher")
+    from hydra import compose as hydra_compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = hydra_compose(config_name="train", overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu",
+                                                            "trainer=ddp", "trainer.devices=8"],
+                            return_hydra_config=True)
+    launcher = cfg.hydra.launcher
+    assert launcher._target_.endswith("SlurmLauncher") and launcher.partition == "gpu"
+    assert (launcher.gpus_per_node, launcher.tasks_per_node, launcher.nodes) == (8, 8, 1)  # one DDP rank per GPU
