@@ -63,6 +63,10 @@ from omegaconf.errors import MissingMandatoryValue
 
 ROOT = Path(__file__).resolve().parent
 USAGE_ERROR = 2
+if __name__ == "__main__":
+    # Modules that import train (src/pipeline.py) get this running module, not a second copy
+    # whose UsageError the except clauses of main() would not catch.
+    sys.modules.setdefault("train", sys.modules[__name__])
 log = logging.getLogger("train")
 
 
@@ -243,7 +247,7 @@ def known_errors() -> tuple[type, ...]:
 def main(cfg: DictConfig) -> None:
     from hydra.core.hydra_config import HydraConfig
 
-    from src.pipeline import apply, run_pipeline
+    from src.pipeline import apply_settings, run_pipeline
     from src.sweeps import job_settings
 
     try:
@@ -251,7 +255,7 @@ def main(cfg: DictConfig) -> None:
         if cfg.pipeline:
             run_pipeline(HydraConfig.get().overrides.task, settings)
         else:
-            train(apply(cfg, settings))
+            train(apply_settings(cfg, settings))
     except MissingMandatoryValue as exc:
         print(f"error: {exc.full_key} must be set, e.g. {exc.full_key}=VALUE on the command line", file=sys.stderr)
         sys.exit(USAGE_ERROR)

@@ -66,12 +66,10 @@ def stage_overrides(cfg: DictConfig, overrides: Sequence[str], index: int, root:
 def compose_stages(overrides: Sequence[str], settings: Mapping[str, Any]) -> tuple[Path, list[DictConfig]]:
     """The pipeline's directory and every stage's composed config, ``settings`` (the sweep job's
     directory, W&B group and name: src/sweeps.py) applied to each."""
-    from hydra import compose
-
     from train import UsageError
 
     with config_source():
-        root_cfg = apply(compose(config_name="train", overrides=list(overrides)), settings)
+        root_cfg = apply_settings(compose_train(overrides, "pipeline"), settings)
         stages = list(root_cfg.pipeline_stages)
         unknown = [s for s in stages if not (CONF_DIR / "stage" / f"{s}.yaml").is_file()]
         if unknown or not stages:
@@ -80,21 +78,35 @@ def compose_stages(overrides: Sequence[str], settings: Mapping[str, Any]) -> tup
         root = Path(root_cfg.pipeline_dir).expanduser().absolute()
         configs, trajectories = [], ""
         for i, name in enumerate(stages):
-            cfg = compose(config_name="train", overrides=stage_overrides(root_cfg, overrides, i, root, trajectories))
-            configs.append(apply(cfg, settings, stage=name))
+            cfg = compose_train(stage_overrides(root_cfg, overrides, i, root, trajectories), f"pipeline stage {name}")
+            configs.append(apply_settings(cfg, settings, stage=name))
             if name == "rft":  # value pretraining fits what RFT read or sampled
                 trajectories = cfg.stage.module.trajectories or str(root / name / RFT_SAMPLES)
     return root, configs
 
 
-def apply(cfg: DictConfig, settings: Mapping[str, Any], stage: str = "") -> DictConfig:
+def compose_train(overrides: Sequence[str], what: str) -> DictConfig:
+    """conf/train.yaml with ``overrides``; one that does not compose (e.g. an override of a field
+    this stage does not have) is one line naming ``what``."""
+    from hydra import compose
+    from hydra.errors import HydraException
+
+    from train import UsageError
+
+    try:
+        return compose(config_name="train", overrides=list(overrides))
+    except HydraException as exc:
+        raise UsageError(f"{what}: {' '.join(str(exc).split())}") from None
+
+
+def apply_settings(cfg: DictConfig, settings: Mapping[str, Any], stage: str = "") -> DictConfig:
     """``settings`` (dotted keys) set on ``cfg``; a pipeline stage's W&B run is named and grouped
     by its pipeline."""
     with open_dict(cfg):
         for key, value in settings.items():
             if key not in ("output_dir", "pipeline_dir") or not stage:
                 OmegaConf.update(cfg, key, value, merge=False)
-        wandb = cfg.get("logger", {}).get("wandb") if cfg.get("logger") else None
+        wandb = (cfg.get("logger") or {}).get("wandb")
         if stage and wandb is not None:
             label = wandb.name or Path(cfg.output_dir).parent.name
             wandb.name = f"{label}/{stage}"

@@ -86,6 +86,25 @@ def test_ablations_override_what_they_name():
         assert cfg(name).sandbox.tolerance == "paper" and cfg(name).actor_optimizer.lr == 3e-6
 
 
+def test_a_pipeline_override_a_stage_cannot_take_fails_before_any_stage_runs(run_train, tmp_path):
+    from src.pipeline import compose_stages
+    from train import UsageError
+
+    out = run_train(tmp_path / "x", "pipeline=true", "stage=rft", "stage.module.sample_rounds=4",
+                    f"pipeline_dir={tmp_path}", small=False, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(
+        "error: pipeline stage warmup: Could not override 'stage.module.sample_rounds'"), out.stderr[-2000:]
+
+    with pytest.raises(UsageError, match=r"^pipeline stage warmup: .*stage\.module\.sample_rounds"):
+        compose_stages(["stage=rft", f"pipeline_dir={tmp_path}", "stage.module.sample_rounds=4"], {})
+    with pytest.raises(UsageError, match="pipeline_stages .*'nope'"):
+        compose_stages(["pipeline_stages=[warmup,nope]"], {})
+    root, configs = compose_stages([f"pipeline_dir={tmp_path}", "pipeline_overrides.rft=['stage.module.sample_rounds=4']"],
+                                   {})
+    assert [c.stage.module.get("sample_rounds") for c in configs] == [None, 4, 2, None]  # one stage's override
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
 # paper runs in the pipeline test, binary_reward and continuous_reward as the sweep test's two jobs.
 @pytest.mark.parametrize("name", [e for e in EXPERIMENTS if e not in ("paper", "binary_reward", "continuous_reward")])
 def test_every_experiment_composes_its_stages_and_trains_a_step(name, tiny_model_dir, sandbox_cache, tmp_path):
