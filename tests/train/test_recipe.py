@@ -72,18 +72,16 @@ def test_experiment_paper_holds_the_papers_numbers():
 
 
 def test_ablations_override_what_they_name():
-    def cfg(name: str, stage: str = "agentic_rl"):
-        return compose(f"experiment={name}", f"stage={stage}")
-
-    assert cfg("continuous_reward").reward.name == "continuous" and cfg("binary_reward").reward.name == "binary"
-    assert list(cfg("no_rft").pipeline_stages) == ["warmup", "value_pretrain", "agentic_rl"]
-    assert list(cfg("no_value_pretrain").pipeline_stages) == ["warmup", "rft", "agentic_rl"]
-    assert list(cfg("no_value_pretrain").init_fresh) == ["critic"]
-    assert list(cfg("no_warmup").pipeline_stages) == ["rft", "value_pretrain", "agentic_rl"]
-    single = cfg("single_turn", "warmup")
-    assert list(single.pipeline_stages) == ["warmup"] and single.trainer.max_steps == 150
-    for name in EXPERIMENTS:  # and each keeps the paper's numbers it does not ablate
-        assert cfg(name).sandbox.tolerance == "paper" and cfg(name).actor_optimizer.lr == 3e-6
+    cfg = {name: compose(f"experiment={name}") for name in EXPERIMENTS}  # one compose each: ~1 s apiece
+    assert cfg["continuous_reward"].reward.name == "continuous" and cfg["binary_reward"].reward.name == "binary"
+    assert list(cfg["no_rft"].pipeline_stages) == ["warmup", "value_pretrain", "agentic_rl"]
+    assert list(cfg["no_value_pretrain"].pipeline_stages) == ["warmup", "rft", "agentic_rl"]
+    assert list(cfg["no_value_pretrain"].init_fresh) == ["critic"]
+    assert list(cfg["no_warmup"].pipeline_stages) == ["rft", "value_pretrain", "agentic_rl"]
+    assert list(cfg["single_turn"].pipeline_stages) == ["warmup"] and cfg["single_turn"].stage_steps.warmup == 150
+    for name, one in cfg.items():  # each keeps the paper's numbers it does not ablate
+        assert one.sandbox.tolerance == "paper" and one.actor_optimizer.lr == 3e-6 and one.trainer.max_steps == 150
+        assert one.pipeline_dir == f"outputs/train/{name}"
 
 
 def test_a_pipeline_override_a_stage_cannot_take_fails_before_any_stage_runs(run_train, tmp_path):
