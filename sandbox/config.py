@@ -33,6 +33,10 @@ class TimingConfig:
     fresh_inputs: bool = True
     # Threads for torch and OpenMP during CPU timing; fixed so numbers are comparable.
     cpu_threads: int = 1
+    # Chance that a timed run's output is compared with the reference, drawn independently for
+    # each run after it returned (0: none). 0.25: 5 of 20 runs on average; garbage in the 10 runs
+    # that set the median goes unseen 5.6 % of the time (docs/sandbox.md, "Spot checks").
+    spot_check_probability: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -110,6 +114,8 @@ class SandboxConfig:
             raise ValueError(f"pool_backend must be 'local' or 'ray', got {self.pool_backend!r}")
         if self.timing.repeats < 1:
             raise ValueError("timing.repeats must be >= 1")
+        if not 0.0 <= self.timing.spot_check_probability <= 1.0:
+            raise ValueError(f"timing.spot_check_probability must be in [0, 1], got {self.timing.spot_check_probability}")
 
     @property
     def cache_root(self) -> Path:

@@ -1,12 +1,16 @@
 """The judge: runs one evaluation across worker processes and fills a Measurement.
 
-    reference worker  ──(trial inputs, weights)──▶  run worker (solution code)
-          │ reference outputs (a pipe, never a file)      │ solution outputs
+    reference worker  ──(weights)──────────────────▶  run worker (solution code)
+          ▲ seeds of checked calls                        │ outputs of checked calls + seeds
+          │ reference outputs (a pipe, never a file)      │
           └──────────────▶  judge: compare, reward  ◀─────┘
 
-The reference runs in its own process, concurrently with the build; the judge compares
-outputs itself, in this process, which no solution code ever runs in. Each stage has its own
-timeout; a worker that dies, hangs or exits early fails the evaluation with a typed error.
+The reference worker starts concurrently with the build and stays until the end: after the
+solution's verified trials, and again after its timed runs (spot checks) and post trials, the
+judge sends it the seeds of the calls to check and gets their inputs and reference outputs. The
+judge compares outputs itself, in this process, which no solution code ever runs in. Each stage
+has its own timeout; a worker that dies, hangs or exits early fails the evaluation with a typed
+error.
 """
 from __future__ import annotations
 
@@ -29,12 +33,13 @@ from pathlib import Path
 import torch
 
 from .cgroups import WorkerCgroup
-from .compare import compare_outputs
+from .checks import TIMED_RUN, TRIAL, CallChecks
 from .placement import CpuPlan, format_cpus
-from .worker import FRAME_HEADER
+from .protocol import FRAME_HEADER, Command
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
 from .measurement import ErrorKind, Measurement, TimingStats
+from .recorder import RecorderError, library_path
 from .solution import materialise, read_solution
 from .task import load_task_source
 
@@ -126,12 +131,13 @@ class WorkerProcess:
         given, its lane's host cores."""
         self._write(f"start {device or '-'} {format_cpus(cpus)}")
 
-    def send(self, command: str) -> None:
-        """Send a command; "go" carries a fresh nonce, which later reports must repeat."""
-        if command == "go":
+    def send(self, command: str, seeds: tuple[int, ...] = ()) -> None:
+        """Send a command; "go" and "check" carry a fresh nonce, which later reports must repeat."""
+        if command in ("go", "check"):
             self.nonce = secrets.token_hex(16)
-            command = f"go {self.nonce}"
-        self._write(command)
+            self._write(Command(command, self.nonce, tuple(seeds)).line())
+        else:
+            self._write(Command("stop").line())
 
     def _write(self, line: str) -> None:
         try:
@@ -179,35 +185,38 @@ def descendants(root: int) -> list[int]:
 
 
 class ReferenceOutputs:
-    """Receives the reference outputs through a pipe: they never exist as a file that solution
-    code could find, and only the reference worker holds the pipe's write end. The message is
-    length-prefixed, so it is complete without waiting for EOF (which would need every process
-    that inherited the pipe, unshare and its shell included, to have exited)."""
+    """Receives the reference worker's frames (inputs and reference outputs of checked calls)
+    through a pipe: they never exist as a file that solution code could find, and only the
+    reference worker holds the pipe's write end. Each frame is length-prefixed, so it is complete
+    without waiting for EOF (which would need every process that inherited the pipe, unshare and
+    its shell included, to have exited)."""
 
     def __init__(self):
         self.read_fd, self.write_fd = os.pipe()
-        self._data = bytearray()
-        self._outputs = None
+        self._frames: queue.Queue = queue.Queue()
         self._reader = threading.Thread(target=self._drain, daemon=True)
         self._reader.start()
 
     def _drain(self) -> None:
         with os.fdopen(self.read_fd, "rb") as pipe:
-            header = pipe.read(FRAME_HEADER.size)
-            if len(header) == FRAME_HEADER.size:
-                self._data += pipe.read(FRAME_HEADER.unpack(header)[0])
+            while len(header := pipe.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
+                self._frames.put(pipe.read(FRAME_HEADER.unpack(header)[0]))
+        self._frames.put(None)
 
     def close_write_end(self) -> None:
         if self.write_fd is not None:
             os.close(self.write_fd)
             self.write_fd = None
 
-    def load(self, timeout_s: float = 60.0):
-        """The reference outputs, decoded once (trials before and after timing share them)."""
-        if self._outputs is None:
-            self._reader.join(timeout_s)
-            self._outputs = torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
-        return self._outputs
+    def next(self, timeout_s: float = 60.0) -> dict:
+        """The next frame, decoded: {"inputs": [...], "outputs": [...]}."""
+        try:
+            data = self._frames.get(timeout=timeout_s)
+        except queue.Empty:
+            data = None
+        if data is None:
+            raise StageFailure(ErrorKind.SANDBOX_ERROR, "the reference worker sent no reference outputs")
+        return torch.load(io.BytesIO(data), weights_only=True)
 
 
 class Cancelled(Exception):
@@ -354,7 +363,7 @@ class _Evaluation:
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
         self.reference = ReferenceOutputs()
-        self._inputs: list | None = None
+        self.checks = CallChecks(cfg, m)
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
         m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
@@ -364,17 +373,17 @@ class _Evaluation:
         self.job = {
             "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
             "solution_dir": str(eval_dir / "solution"), "cache_root": str(cfg.cache_root),
-            # Seeds come from the OS's randomness: the solution cannot predict its inputs.
+            # Input seeds are drawn by the run worker right before each call: no job holds any.
             "init_seed": secrets.randbits(31),
-            "trial_seeds": [secrets.randbits(31) for _ in range(cfg.num_correct_trials + cfg.post_timing_trials)],
-            "num_correct_trials": cfg.num_correct_trials, "guards": cfg.guards,
+            "num_correct_trials": cfg.num_correct_trials, "post_timing_trials": cfg.post_timing_trials,
+            "guards": cfg.guards,
             "allowed_libraries": list(cfg.allowed_libraries), "file_size_limit_mb": cfg.file_size_limit_mb,
             "host_memory_limit_gb": cfg.host_memory_limit_gb, "device_memory_limit_gb": cfg.device_memory_limit_gb,
-            "timing_seed": secrets.randbits(31), "timing": cfg.to_dict()["timing"],
+            "timing": cfg.to_dict()["timing"],
             "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
-            "init_path": str(ref_dir / "init.pt"), "inputs_path": str(ref_dir / "inputs.pt"),
+            "init_path": str(ref_dir / "init.pt"),
         }
 
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
@@ -417,6 +426,8 @@ class _Evaluation:
         verification, timing) of one evaluation at a time holds a device lane: workers started
         beforehand wait, torch imported, until the lane is theirs."""
         pooled, only_build = self.lanes.pooled, self.stop_after == "build"
+        if self.cfg.guards and not only_build and not self._install_recorder():
+            return
         ref = None if pooled or only_build else self._spawn_reference(hold=False)
         with self.lanes.build_slot(self.cancel):
             built = self._build_stage()
@@ -441,9 +452,18 @@ class _Evaluation:
                     baselines = self._reference_stage(ref, "baselines")
                     self._record_baselines(baselines, ref_info["baselines_cached"])
                 if run is not None:
-                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote its inputs
-                self._run_stage(run or self.spawn("run"))
+                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote init.pt
+                self._run_stage(run or self.spawn("run"), ref)
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
+
+    def _install_recorder(self) -> bool:
+        """The run worker's operator recorder, compiled here (trusted code) on first use."""
+        try:
+            self.job["op_recorder"] = str(library_path(self.cfg.cache_root))
+        except RecorderError as exc:
+            self.m.fail(ErrorKind.SANDBOX_ERROR, str(exc))
+            return False
+        return True
 
     def _worker_cgroup(self) -> list[str]:
         """A cgroup capping the worker's processes and host memory (as root, where possible)."""
@@ -474,13 +494,20 @@ class _Evaluation:
     def _reference_stage(self, ref: WorkerProcess, name: str) -> dict:
         start = time.monotonic()
         try:
-            return ref.wait_for(name, self.cfg.reference_timeout_s)
+            return self._from_reference(ref, name)
+        finally:
+            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
+
+    def _from_reference(self, ref: WorkerProcess, name: str) -> dict:
+        """Report ``name`` of the reference worker ("checked": the frame it wrote); its failures
+        are the task's."""
+        try:
+            payload = ref.wait_for(name, self.cfg.reference_timeout_s)
+            return self.reference.next(self.cfg.reference_timeout_s) if name == "checked" else payload
         except StageFailure as exc:
             if exc.kind == TASK_ERROR:
                 raise TaskError(f"task failed in the reference run: {exc.detail.strip().splitlines()[-1]}") from None
             raise TaskError(f"reference run failed ({exc.kind}): {exc.detail.strip()[-300:]}") from None
-        finally:
-            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
 
     def _stage(self, name: str, action, compile_stage: bool = False):
         """Run one stage; on failure record it (typed) and return None."""
@@ -506,16 +533,15 @@ class _Evaluation:
             self.m.compile_stats = TimingStats(**baselines["compile"])
             self.m.compile_us = self.m.compile_stats.median_us
 
-    def _run_stage(self, run: WorkerProcess) -> None:
+    def _run_stage(self, run: WorkerProcess, ref: WorkerProcess) -> None:
+        """Verified trials, then timing with spot checks, then the post-timing trials; every
+        checked call is compared with the reference outputs of its own seed."""
         deadline = time.monotonic() + self.cfg.run_timeout_s
         report = self._stage("verify", lambda: run.wait_for("outputs", self.cfg.run_timeout_s))
         if not report:
             return
-        n = self.cfg.num_correct_trials
-        if not (self._no_violations(report) and self._verify(run.dir / "outputs.pt", 0, n)):
-            run.send("stop")
-            return
-        if self.stop_after == "verify":
+        verified = self._no_violations(report) and self._check(ref, run, report["trials"], TRIAL, "check")
+        if not verified or self.stop_after == "verify":
             run.send("stop")
             return
         run.send("go")
@@ -526,8 +552,9 @@ class _Evaluation:
             return
         self.m.runtime_stats = TimingStats(**timing["runtime"])
         self.m.runtime_us = self.m.runtime_stats.median_us
-        if self._no_violations(timing) and self.cfg.post_timing_trials:
-            self._verify(run.dir / "post_outputs.pt", n, self.cfg.post_timing_trials, after_timing=True)
+        self.m.stage_seconds["spot_checks"] = float(timing.get("spot_check_s", 0.0))
+        if self._no_violations(timing) and self._check(ref, run, timing["spot_checks"], TIMED_RUN, "spot_checks"):
+            self._check(ref, run, timing["post_trials"], TRIAL, "check")
         if not self.m.correct:
             self.m.runtime_us = None
 
@@ -538,63 +565,19 @@ class _Evaluation:
             self.m.fail(ErrorKind.VIOLATION, "; ".join(found))
         return not found
 
-    def _load_trials(self, path: Path) -> dict | None:
-        limit = self.cfg.file_size_limit_mb << 20
+    def _check(self, ref: WorkerProcess, run: WorkerProcess, record: dict, kind: str, stage: str) -> bool:
+        """Compare the calls a run-worker record names with reference outputs the reference
+        worker computes now, for their seeds; the time counts towards ``stage``."""
+        calls = record.get("calls") or []
+        if not calls:
+            return True
+        start = time.monotonic()
         try:
-            if path.stat().st_size > limit:
-                self.m.fail(ErrorKind.MISMATCH, f"solution outputs exceed {self.cfg.file_size_limit_mb} MiB")
-                return None
-            data = torch.load(path, weights_only=True)
-        except Exception as exc:  # missing, unreadable or forged file
-            self.m.fail(ErrorKind.MISMATCH, f"solution outputs could not be read: {type(exc).__name__}")
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("outputs"), list):
-            self.m.fail(ErrorKind.MISMATCH, "solution outputs are malformed")
-            return None
-        return data
-
-    def _verify(self, path: Path, first: int, count: int, after_timing: bool = False) -> bool:
-        """Compare trials [first, first + count) against the reference, and the inputs as the
-        solution left them against the inputs it was given (in-place mutation)."""
-        data = self._load_trials(path)
-        if data is None:
-            return False
-        reference = self.reference.load()[first:first + count]
-        given = self._given_inputs()[first:first + count]
-        outputs, inputs_after = data["outputs"], data.get("inputs_after", [])
-        when = " after timing" if after_timing else ""
-        if len(outputs) != count or len(inputs_after) != count:
-            self.m.fail(ErrorKind.MISMATCH, f"wrong number of trial outputs{when}")
-            return False
-        worst = self.m.max_abs_diff or 0.0
-        for k, (ref_out, sol_out) in enumerate(zip(reference, outputs)):
-            trial = first + k
-            if not compare_outputs(given[k], inputs_after[k], lambda _: 0.0).ok:
-                self.m.violations.append(f"input_mutation: trial {trial} inputs were modified in place")
-                self.m.fail(ErrorKind.VIOLATION, self.m.violations[-1])
+            data = self.checks.load(record, run.dir)
+            if data is None:
                 return False
-            result = compare_outputs(ref_out, sol_out, self.cfg.tolerance_for)
-            worst = max(worst, result.max_abs_diff)
-            self.m.max_abs_diff = worst
-            if not result.ok:
-                self.m.fail(ErrorKind.MISMATCH, f"trial {trial}{when}: {result.reason}")
-                return False
-            self._note_strict_tolerance(ref_out, sol_out)
-            self.m.trials_passed += 1
-        self.m.correct = True
-        return True
-
-    def _given_inputs(self) -> list:
-        """The trial inputs as the reference worker wrote them, read once."""
-        if self._inputs is None:
-            self._inputs = torch.load(self.job["inputs_path"], weights_only=True)
-        return self._inputs
-
-    def _note_strict_tolerance(self, ref_out, sol_out) -> None:
-        """Under a looser preset, record whether the kernel would also pass KernelBench's
-        tolerances: reduced precision is a property of the kernel worth reporting."""
-        if self.cfg.tolerance == "kernelbench":
-            return
-        strict = SandboxConfig(backend=self.cfg.backend).tolerance_for
-        ok = compare_outputs(ref_out, sol_out, strict).ok
-        self.m.passes_kernelbench_tolerance = ok and self.m.passes_kernelbench_tolerance is not False
+            ref.send("check", tuple(int(call["seed"]) for call in calls))
+            reference = self._from_reference(ref, "checked")
+            return self.checks.compare(kind, calls, data, reference)
+        finally:
+            self.m.stage_seconds[stage] = self.m.stage_seconds.get(stage, 0.0) + time.monotonic() - start

@@ -9,11 +9,16 @@ Roles:
   Runs solution code.
 
 Each worker reports to the judge over a pipe (one JSON line per phase, or an error), and takes
-commands ("go <nonce>"/"stop") on stdin, so that the judge decides when timing may use the
-device. Every report carries the nonce of the latest command: a line that solution code writes
-into the pipe without it is a forgery the judge rejects. Bulk tensors (outputs) go to files in
-the worker's own directory. Anything the solution prints goes to the worker's log, not to the
-judge's stdout.
+commands (``sandbox.protocol``: "go", "check", "stop") on stdin, so that the judge decides when
+timing may use the device. Every report carries the nonce of the latest command: a line that
+solution code writes into the pipe without it is a forgery the judge rejects. Bulk tensors
+(outputs) go to files in the worker's own directory, named in the report with their digest.
+Anything the solution prints goes to the worker's log, not to the judge's stdout.
+
+Inputs come from seeds: the run worker draws one from the OS right before each call of the
+solution (no file, and nothing in memory before the call, predicts it) and reports the seeds of
+the calls it kept; the reference worker regenerates exactly those inputs on the same kind of
+device and computes the reference for them.
 """
 from __future__ import annotations
 
@@ -23,7 +28,7 @@ import io
 import json
 import os
 import platform
-import struct
+import random
 import sys
 import traceback
 from pathlib import Path
@@ -41,11 +46,10 @@ from .measurement import ErrorKind, TimingStats
 from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
-from .timing import harness_fingerprint, measure, tampered_harness
+from .protocol import Command, digest, frame
+from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
 
 TRACEBACK_CHARS = 3000
-# Length prefix of the reference outputs on their pipe (the judge reads exactly that many bytes).
-FRAME_HEADER = struct.Struct("<Q")
 
 
 class WorkerFailure(Exception):
@@ -78,18 +82,23 @@ class Channel:
             return None
         return words[1], parse_cpus(words[2] if len(words) == 3 else "-")
 
-    def wait_command(self) -> str:
-        words = self._read_line().split()
-        if words[:1] == ["go"] and len(words) == 2:
-            self.nonce = words[1]
-            return "go"
-        return "stop"
+    def wait_command(self) -> Command:
+        """The judge's next command; "go" and "check" bring the nonce later reports carry."""
+        command = Command.parse(self._read_line())
+        if command.name != "stop":
+            self.nonce = command.nonce
+        return command
 
 
-def save_tensors(path: Path, obj: Any) -> None:
+def save_tensors(path: Path, obj: Any) -> bytes:
+    """Write ``obj`` atomically; return the bytes written (their digest goes into the report)."""
+    buffer = io.BytesIO()
+    torch.save(obj, buffer)
+    data = buffer.getvalue()
     tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
+    return data
 
 
 def load_module(path: Path, name: str):
@@ -132,15 +141,18 @@ def to_device(obj: Any, device: torch.device) -> Any:
 
 
 def to_cpu_copy(obj: Any) -> Any:
-    """A CPU copy that later calls cannot change (outputs may alias a reused buffer)."""
+    """A CPU copy that later calls cannot change (outputs may alias a reused buffer). Only plain
+    tensors and plain containers: copying a subclass would run the solution's code here."""
     if isinstance(obj, torch.Tensor):
         if type(obj) is not torch.Tensor:
             raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain torch.Tensor")
         return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, (list, tuple)):
+    if type(obj) in (list, tuple):
         return type(obj)(to_cpu_copy(x) for x in obj)
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         return {k: to_cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, dict)):
+        raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain list, tuple or dict")
     return obj
 
 
@@ -172,18 +184,38 @@ def check_inputs(inputs: Any, fn_name: str) -> list:
     return list(inputs)
 
 
-# Bound before any solution code runs: replacing torch.manual_seed later cannot freeze the inputs.
-_manual_seed = torch.manual_seed
+# Bound before any solution code runs: replacing torch.manual_seed, random.seed or os.urandom
+# later can neither freeze the inputs nor predict seeds and spot checks.
+_manual_seed, _random_seed, _urandom = torch.manual_seed, random.seed, os.urandom
+
+
+def fresh_seed() -> int:
+    """A per-call input seed from the OS's randomness, drawn right before it is used."""
+    return int.from_bytes(_urandom(8), "little") >> 1
+
+
+def chance(probability: float) -> bool:
+    """True with ``probability``, from the OS's randomness (the spot checks' draw)."""
+    return int.from_bytes(_urandom(7), "little") < probability * (1 << 56)
 
 
 def seeded_inputs(task, seed: int, device: torch.device | None = None) -> list:
-    """get_inputs() under a seed; on ``device`` when given (fast fresh inputs for timing)."""
+    """get_inputs() under a seed (torch's and Python's generators); made on ``device`` when given,
+    so that the reference worker regenerates a run worker's inputs bit for bit."""
     _manual_seed(seed)
+    _random_seed(seed)
     if device is None or device.type == "cpu":
         return check_inputs(call_task(task, "get_inputs"), "get_inputs")
     with device:
         inputs = check_inputs(call_task(task, "get_inputs"), "get_inputs")
     return to_device(inputs, device)
+
+
+def same_inputs(first: list, second: list) -> bool:
+    return len(first) == len(second) and all(
+        torch.equal(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else
+        (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b)
+        for a, b in zip(first, second))
 
 
 def timing_config(job: dict) -> TimingConfig:
@@ -193,9 +225,32 @@ def timing_config(job: dict) -> TimingConfig:
 # ---------------------------------------------------------------- roles
 
 def role_reference(job: dict, out: Path, channel: Channel) -> None:
+    """Weights for the run worker, the baselines, then the reference outputs for the seeds of the
+    calls the judge checks, as often as it asks (the worker stays until told to stop)."""
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
+    model = reference_model(task, job, out, device)
+    check_reproducible_inputs(task, device)
+    cache_path = baseline_cache_path(job, device_name(device))
+    baselines = load_baselines(cache_path)
+    channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
+    if baselines is not None:
+        channel.report("baselines", baselines)
+    with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
+        while (command := channel.wait_command()).name != "stop":
+            if command.name == "go" and baselines is None:
+                baselines = time_baselines(task, model, job, device)
+                store_baselines(cache_path, baselines)
+                channel.report("baselines", baselines)
+            elif command.name == "check":
+                pipe.write(frame(reference_frame(task, model, command.seeds, device)))
+                pipe.flush()
+                channel.report("checked", {"count": len(command.seeds)})
+
+
+def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.nn.Module:
+    """The task's Model under the evaluation's init seed; its weights go to init.pt for the run worker."""
     if not (isinstance(getattr(task, "Model", None), type) and issubclass(task.Model, torch.nn.Module)):
         raise WorkerFailure(TASK_ERROR, "Model is not a torch.nn.Module subclass")
     init_inputs = check_inputs(call_task(task, "get_init_inputs"), "get_init_inputs")
@@ -206,37 +261,36 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
         raise WorkerFailure(TASK_ERROR, f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from None
     save_tensors(out / "init.pt", {"init_inputs": init_inputs,
                                    "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
-    model = model.to(device)
-    inputs_list, outputs = [], []
+    return model.to(device)
+
+
+def check_reproducible_inputs(task, device: torch.device) -> None:
+    """Checked calls are recomputed from their seeds: get_inputs() must give the same inputs for
+    the same seed (a task drawing from another generator would fail every honest solution)."""
+    seed = fresh_seed()
+    if not same_inputs(seeded_inputs(task, seed, device), seeded_inputs(task, seed, device)):
+        raise WorkerFailure(TASK_ERROR, "get_inputs() is not reproducible under torch.manual_seed / random.seed")
+
+
+def reference_frame(task, model, seeds: tuple[int, ...], device: torch.device) -> bytes:
+    """The inputs and the reference outputs of these seeds, serialised for the judge."""
+    given, outputs = [], []
     with torch.no_grad():
-        for seed in job["trial_seeds"]:
-            inputs = seeded_inputs(task, seed)
-            inputs_list.append(to_cpu_copy(inputs))
+        for seed in seeds:
+            inputs = seeded_inputs(task, seed, device)
+            given.append(to_cpu_copy(inputs))
             try:
-                outputs.append(to_cpu_copy(model(*to_device(inputs, device))))
+                outputs.append(to_cpu_copy(model(*inputs)))
             except Exception as exc:
                 raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
-    save_tensors(out / "inputs.pt", inputs_list)
     payload = io.BytesIO()
-    torch.save(outputs, payload)
-    with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
-        pipe.write(FRAME_HEADER.pack(payload.getbuffer().nbytes))
-        pipe.write(payload.getbuffer())
-    cache_path = baseline_cache_path(job, device_name(device))
-    cached = load_baselines(cache_path)
-    channel.report("reference", {"device": device_name(device), "baselines_cached": cached is not None})
-    if cached is None:
-        if channel.wait_command() != "go":
-            return
-        cached = time_baselines(task, model, job, device)
-        store_baselines(cache_path, cached)
-    channel.report("baselines", cached)
+    torch.save({"inputs": given, "outputs": outputs}, payload)
+    return payload.getvalue()
 
 
 def time_baselines(task, model, job: dict, device: torch.device) -> dict:
     cfg = timing_config(job)
-    base_seed = job["timing_seed"]
-    make_inputs = lambda i: seeded_inputs(task, base_seed + i, device)  # noqa: E731
+    make_inputs = lambda i: seeded_inputs(task, fresh_seed(), device)  # noqa: E731
     eager = measure(lambda inp: model(*inp), make_inputs, cfg, device)
     result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None, "compile_error": None}
     if job["compile_baseline"]:
@@ -246,6 +300,8 @@ def time_baselines(task, model, job: dict, device: torch.device) -> dict:
                 measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
         except Exception as exc:  # inductor unavailable or the task does not compile
             result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # this worker waits on the device while the solution is timed
     return result
 
 
@@ -313,20 +369,6 @@ def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
     return True
 
 
-def refill(buffers: list, inputs: list, device: torch.device) -> list:
-    """Copy a new input set into the previous trial's tensors: same addresses, new content,
-    so a kernel that caches or skips work by input pointer or shape returns stale results."""
-    same_layout = len(buffers) == len(inputs) and all(
-        isinstance(b, torch.Tensor) and isinstance(x, torch.Tensor) and b.shape == x.shape and b.dtype == x.dtype
-        for b, x in zip(buffers, inputs) if isinstance(b, torch.Tensor) or isinstance(x, torch.Tensor))
-    if not same_layout:
-        return to_device(inputs, device)
-    for b, x in zip(buffers, inputs):
-        if isinstance(b, torch.Tensor):
-            b.copy_(x)
-    return [b if isinstance(b, torch.Tensor) else x for b, x in zip(buffers, inputs)]
-
-
 def make_guard(job: dict):
     """Guards take their baselines now, before any solution code is imported."""
     from .guards import ForwardGuard
@@ -340,75 +382,139 @@ def make_guard(job: dict):
         torch.cuda.synchronize()
         torch.cuda.get_device_name(0)
     own = [job["solution_dir"], os.environ.get("TORCH_EXTENSIONS_DIR", ""), job["cache_root"]]
-    return ForwardGuard(job["allowed_libraries"], own)
+    return ForwardGuard(job["allowed_libraries"], own, job["op_recorder"])
 
 
-def run_trials(model, trials: list, buffers: list | None, device: torch.device, guard) -> tuple[list, list, list]:
-    """Run verified forwards; return outputs, the inputs as left afterwards, and the buffers."""
-    outputs, inputs_after = [], []
-    for inputs in trials:
-        buffers = to_device(inputs, device) if buffers is None else refill(buffers, inputs, device)
-        with guard.watch() if guard else contextlib.nullcontext():
-            out = model(*buffers)
-        outputs.append(to_cpu_copy(out))
-        inputs_after.append(to_cpu_copy(buffers))
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # surface asynchronous kernel faults here
-    return outputs, inputs_after, buffers
+class SeededCalls:
+    """make_inputs of the run worker's calls: each input set from a seed drawn right before the
+    call, checked against the task's layout (the solution shares this process with get_inputs)."""
 
+    def __init__(self, task, device: torch.device, guard):
+        self.task, self.device, self.guard = task, device, guard
+        self.seed = fresh_seed()
+        self.layout = input_layout(seeded_inputs(task, self.seed, device))  # before the solution is imported
 
-def role_run(job: dict, out: Path, channel: Channel) -> None:
-    device = worker_device(job["backend"])
-    torch.set_num_threads(job["timing"]["cpu_threads"])
-    task = load_module(Path(job["task_path"]), "model")
-    init = torch.load(job["init_path"], weights_only=True)
-    inputs_list = torch.load(job["inputs_path"], weights_only=True)
-    n_pre = job["num_correct_trials"]
-    guard = make_guard(job)
-    watched = harness_modules()
-    harness = harness_fingerprint(watched)
-    task_before = task_fingerprint(task)
-    expected_layout = input_layout(inputs_list[0])
-    set_arch_env(job)
-    cap_device_memory(job, device)
-    confine_if_asked(job)
-    model_cls = import_solution(Path(job["solution_dir"]))
-    try:
-        torch.manual_seed(job["init_seed"])
-        model = model_cls(*init["init_inputs"])
-        weights_loaded = load_matching_weights(model, init["state_dict"])
-        model = model.to(device)
-        with torch.no_grad():
-            outputs, inputs_after, buffers = run_trials(model, inputs_list[:n_pre], None, device, guard)
-    except WorkerFailure:
-        raise
-    except Exception as exc:
-        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, describe_exception(exc)) from None
-    violations = guard.violations() if guard else []
-    save_tensors(out / "outputs.pt", {"outputs": outputs, "inputs_after": inputs_after})
-    channel.report("outputs", {"weights_loaded": weights_loaded, "violations": violations})
-    if channel.wait_command() != "go":
-        return
-    def make_inputs(i: int) -> list:
-        inputs = seeded_inputs(task, job["timing_seed"] + i, device)
-        problem = check_timing_inputs(inputs, expected_layout)
+    def __call__(self, _index: int) -> list:
+        if self.guard:
+            self.guard.leave_call()  # the previous call (and the copy of its output) is over
+        self.seed = fresh_seed()
+        inputs = seeded_inputs(self.task, self.seed, self.device)
+        problem = check_timing_inputs(inputs, self.layout)
         if problem:
             raise WorkerFailure(ErrorKind.VIOLATION, f"task_tampered: {problem}")
         return inputs
 
+
+class CheckedCalls:
+    """Calls whose outputs the judge compares with the reference (verified trials, spot-checked
+    timed runs): label, seed, and copies of the output and of the inputs as the call left them,
+    taken as soon as the call has returned, while the recorder still watches."""
+
+    def __init__(self):
+        self.calls: list[dict] = []
+        self.outputs: list = []
+        self.inputs_after: list = []
+        self.seconds = 0.0
+
+    def keep(self, label: str, seed: int, call: Call) -> None:
+        start = _perf_counter()
+        self.outputs.append(to_cpu_copy(call.output))
+        self.inputs_after.append(to_cpu_copy(call.inputs))
+        self.calls.append({"label": label, "seed": seed})
+        self.seconds += _perf_counter() - start
+
+    def save(self, path: Path) -> dict:
+        """Write the copies; the returned record (with their digest) goes into the report."""
+        data = save_tensors(path, {"outputs": self.outputs, "inputs_after": self.inputs_after})
+        return {"path": str(path), "sha256": digest(data), "calls": self.calls}
+
+
+def checked_calls(caller: Caller, inputs: SeededCalls, labels: list[str], guard) -> CheckedCalls:
+    """Call forward once per label and keep every call (the verified trials)."""
+    kept = CheckedCalls()
+    for label in labels:
+        call = caller()
+        kept.keep(label, inputs.seed, call)
+    if guard:
+        guard.leave_call()
+    if caller.cuda:
+        torch.cuda.synchronize()  # surface asynchronous kernel faults here
+    return kept
+
+
+@contextlib.contextmanager
+def solution_errors(prefix: str = ""):
+    """An exception from solution code (or a CUDA fault it caused) is the solution's runtime error."""
     try:
-        samples = measure(lambda inp: model(*inp), make_inputs, timing_config(job), device)
-        with torch.no_grad():
-            post, post_inputs, _ = run_trials(model, inputs_list[n_pre:], buffers, device, guard)
+        yield
     except WorkerFailure:
         raise
     except Exception as exc:
-        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
-    save_tensors(out / "post_outputs.pt", {"outputs": post, "inputs_after": post_inputs})
+        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, prefix + describe_exception(exc)) from None
+
+
+def guarded_forward(model: torch.nn.Module, guard):
+    """run(inputs) for the Caller: the recorder's call window opens as forward starts."""
+    if guard is None:
+        return lambda inputs: model(*inputs)
+
+    def forward(inputs: list):
+        guard.enter_call()
+        return model(*inputs)
+
+    return forward
+
+
+def role_run(job: dict, out: Path, channel: Channel) -> None:
+    """Verified trials, then (on "go") warm-up, timed runs with spot checks, and post trials:
+    every call through one Caller, every checked call reported by seed."""
+    device = worker_device(job["backend"])
+    torch.set_num_threads(job["timing"]["cpu_threads"])
+    task = load_module(Path(job["task_path"]), "model")
+    init = torch.load(job["init_path"], weights_only=True)
+    guard = make_guard(job)
+    watched = harness_modules()
+    harness = harness_fingerprint(watched)
+    task_before = task_fingerprint(task)
+    inputs = SeededCalls(task, device, guard)
+    set_arch_env(job)
+    cap_device_memory(job, device)
+    confine_if_asked(job)
+    model_cls = import_solution(Path(job["solution_dir"]))
+    cfg, n_pre = timing_config(job), job["num_correct_trials"]
+    with solution_errors():
+        torch.manual_seed(job["init_seed"])
+        model = model_cls(*init["init_inputs"])
+        weights_loaded = load_matching_weights(model, init["state_dict"])
+        caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
+        if guard:
+            guard.arm()
+        trials = checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard)
+    channel.report("outputs", {"weights_loaded": weights_loaded, "trials": trials.save(out / "outputs.pt"),
+                               "violations": run_violations(guard, harness, watched, task_before, task)})
+    if channel.wait_command().name != "go":
+        return
+    spot = CheckedCalls()
+
+    def spot_check(i: int, call: Call) -> None:
+        if chance(cfg.spot_check_probability):  # drawn only now that the run has returned
+            spot.keep(f"timed run {i}", inputs.seed, call)
+
+    with solution_errors("during timing: "):
+        samples = timed_runs(caller, cfg, spot_check)
+        post = checked_calls(caller, inputs, [f"trial {n_pre + k} after timing"
+                                              for k in range(job["post_timing_trials"])], guard)
+    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__,
+                              "spot_checks": spot.save(out / "spot_outputs.pt"), "spot_check_s": spot.seconds,
+                              "post_trials": post.save(out / "post_outputs.pt"),
+                              "violations": run_violations(guard, harness, watched, task_before, task)})
+
+
+def run_violations(guard, harness: dict, watched: list, task_before: dict, task) -> list[str]:
+    """Everything the run worker itself found: the guards', harness and task tampering."""
     violations = guard.violations() if guard else []
     violations += [f"harness_tampered: {name} was replaced" for name in tampered_harness(harness, watched)]
-    violations += task_tampering(task_before, task)
-    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "violations": violations})
+    return violations + task_tampering(task_before, task)
 
 
 def apply_limits(job: dict) -> None:
@@ -427,9 +533,9 @@ def apply_limits(job: dict) -> None:
 
 def harness_modules() -> list:
     """Modules whose functions the verdict depends on inside this process (this one included)."""
-    from . import guards, measurement, timing
+    from . import guards, measurement, protocol, recorder, timing
 
-    return [sys.modules[__name__], timing, guards, measurement, sys.modules[confine.__module__]]
+    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, sys.modules[confine.__module__]]
 
 
 def confine_if_asked(job: dict) -> None:
