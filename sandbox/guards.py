@@ -21,10 +21,8 @@ import subprocess
 import threading
 import sysconfig
 import time
-from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
 

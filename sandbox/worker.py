@@ -1,12 +1,13 @@
 """Worker processes of one evaluation: ``python -m sandbox.worker ROLE JOB.json``.
 
 Roles:
-- ``reference``: runs the task's Model on the trial inputs, then times the eager and
-  torch.compile baselines (or reads them from the cache). Trusted harness code only.
+- ``reference``: builds the task's Model (its weights go to the run worker), times the eager and
+  torch.compile baselines (or reads them from the cache), then computes reference outputs for
+  the seeds the judge asks about, until told to stop. Trusted harness code only.
 - ``build``: compiles the solution (workspace build or the solution's own load_inline) and
   imports it once. Runs solution code.
-- ``run``: runs ModelNew on the trial inputs, hands the outputs over, then times it on command.
-  Runs solution code.
+- ``run``: runs ModelNew on the verified trials, hands the outputs over, then times it on
+  command, with spot checks and post-timing trials. Runs solution code.
 
 Each worker reports to the judge over a pipe (one JSON line per phase, or an error), and takes
 commands (``sandbox.protocol``: "go", "check", "stop") on stdin, so that the judge decides when
@@ -23,16 +24,13 @@ device and computes the reference for them.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import io
 import json
 import os
 import platform
-import random
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 # Nothing from the solution is imported before these are bound.
 import torch
@@ -46,16 +44,10 @@ from .measurement import ErrorKind, TimingStats
 from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
+from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
+                     load_module, same_inputs, save_tensors, seeded_inputs, to_cpu_copy)
 from .protocol import Command, digest, frame
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
-
-TRACEBACK_CHARS = 3000
-
-
-class WorkerFailure(Exception):
-    def __init__(self, kind: str, detail: str):
-        super().__init__(detail)
-        self.kind, self.detail = kind, detail
 
 
 class Channel:
@@ -90,25 +82,6 @@ class Channel:
         return command
 
 
-def save_tensors(path: Path, obj: Any) -> bytes:
-    """Write ``obj`` atomically; return the bytes written (their digest goes into the report)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    data = buffer.getvalue()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return data
-
-
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
 def worker_device(backend: str) -> torch.device:
     if backend == "cuda":
         if not torch.cuda.is_available():
@@ -130,92 +103,7 @@ def device_name(device: torch.device) -> str:
     return f"cpu:{model} x{os.cpu_count()}"
 
 
-def to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(x, device) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    return obj
-
-
-def to_cpu_copy(obj: Any) -> Any:
-    """A CPU copy that later calls cannot change (outputs may alias a reused buffer). Only plain
-    tensors and plain containers: copying a subclass would run the solution's code here."""
-    if isinstance(obj, torch.Tensor):
-        if type(obj) is not torch.Tensor:
-            raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain torch.Tensor")
-        return obj.detach().to("cpu", copy=True)
-    if type(obj) in (list, tuple):
-        return type(obj)(to_cpu_copy(x) for x in obj)
-    if type(obj) is dict:
-        return {k: to_cpu_copy(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, dict)):
-        raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain list, tuple or dict")
-    return obj
-
-
-def describe_exception(exc: BaseException) -> str:
-    """The exception first (what a model or a person needs), then the traceback's tail."""
-    summary = f"{type(exc).__name__}: {exc}"
-    trace = "".join(traceback.format_exception(exc))
-    return f"{summary[:TRACEBACK_CHARS]}\n\n{trace[-TRACEBACK_CHARS:]}"
-
-
 # ---------------------------------------------------------------- task helpers
-
-def call_task(task, fn_name: str) -> Any:
-    try:
-        return getattr(task, fn_name)()
-    except Exception as exc:  # the task is broken: not the solution's fault
-        raise WorkerFailure(TASK_ERROR, f"{fn_name}() raised {type(exc).__name__}: {exc}") from None
-
-
-def check_inputs(inputs: Any, fn_name: str) -> list:
-    if not isinstance(inputs, (list, tuple)):
-        raise WorkerFailure(TASK_ERROR, f"{fn_name}() must return a list or tuple, got {type(inputs).__name__}")
-    for i, item in enumerate(inputs):
-        if fn_name == "get_inputs" and not isinstance(item, (torch.Tensor, int, float, bool)):
-            raise WorkerFailure(TASK_ERROR, f"get_inputs()[{i}] is a {type(item).__name__}; "
-                                            "inputs must be tensors (or plain numbers)")
-    if fn_name == "get_inputs" and not any(isinstance(x, torch.Tensor) for x in inputs):
-        raise WorkerFailure(TASK_ERROR, "get_inputs() returned no tensor")
-    return list(inputs)
-
-
-# Bound before any solution code runs: replacing torch.manual_seed, random.seed or os.urandom
-# later can neither freeze the inputs nor predict seeds and spot checks.
-_manual_seed, _random_seed, _urandom = torch.manual_seed, random.seed, os.urandom
-
-
-def fresh_seed() -> int:
-    """A per-call input seed from the OS's randomness, drawn right before it is used."""
-    return int.from_bytes(_urandom(8), "little") >> 1
-
-
-def chance(probability: float) -> bool:
-    """True with ``probability``, from the OS's randomness (the spot checks' draw)."""
-    return int.from_bytes(_urandom(7), "little") < probability * (1 << 56)
-
-
-def seeded_inputs(task, seed: int, device: torch.device | None = None) -> list:
-    """get_inputs() under a seed (torch's and Python's generators); made on ``device`` when given,
-    so that the reference worker regenerates a run worker's inputs bit for bit."""
-    _manual_seed(seed)
-    _random_seed(seed)
-    if device is None or device.type == "cpu":
-        return check_inputs(call_task(task, "get_inputs"), "get_inputs")
-    with device:
-        inputs = check_inputs(call_task(task, "get_inputs"), "get_inputs")
-    return to_device(inputs, device)
-
-
-def same_inputs(first: list, second: list) -> bool:
-    return len(first) == len(second) and all(
-        torch.equal(a, b) if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) else
-        (not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor) and a == b)
-        for a, b in zip(first, second))
 
 
 def timing_config(job: dict) -> TimingConfig:
@@ -435,6 +323,7 @@ def checked_calls(caller: Caller, inputs: SeededCalls, labels: list[str], guard)
     for label in labels:
         call = caller()
         kept.keep(label, inputs.seed, call)
+        del call  # the output is gone before the next call, as after every timed run
     if guard:
         guard.leave_call()
     if caller.cuda:
@@ -533,9 +422,10 @@ def apply_limits(job: dict) -> None:
 
 def harness_modules() -> list:
     """Modules whose functions the verdict depends on inside this process (this one included)."""
-    from . import guards, measurement, protocol, recorder, timing
+    from . import guards, inputs, measurement, protocol, recorder, timing
 
-    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, sys.modules[confine.__module__]]
+    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, inputs,
+            sys.modules[confine.__module__]]
 
 
 def confine_if_asked(job: dict) -> None:

@@ -1,4 +1,5 @@
 """CUDA end-to-end checks on a real GPU (marked gpu; skipped without CUDA)."""
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -161,3 +162,95 @@ def test_kernel_skipping_repeated_input_pointers_is_a_mismatch(cfg, tmp_path):
         "  const int64_t n4 = n / 4;")
     m = evaluate(RELU_ADD, ws, cfg)
     assert m.error == "mismatch" and graduated_reward(m) == -1
+
+
+# ------------------------------------------------------------------ timed calls told apart (issue 19)
+
+# Counts fixed (no time-based warm-up) so that a solution can count the calls; 16 timed runs.
+COUNTED_TIMING = dict(warmup=5, warmup_ms=0.0, repeats=16)
+ADVERSARY = '''
+import json
+import os
+import threading
+
+import torch
+import torch.nn as nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import cuda_extension
+
+{preamble}
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        if _watched(a, b):
+            return cuda_extension.relu_add(a.contiguous(), b.contiguous())
+        return torch.empty_like(a)  # uninitialised: whatever the caching allocator hands back
+'''
+# Honest while the state equals the state of the second call (a verified trial; the first call's
+# allocator state differs from every later one, verified or not, before any input is refilled).
+LEARNED = '''
+_calls, _seen = [0], []
+
+
+def _watched(a, b):
+    _calls[0] += 1
+    state = ({signal})
+    if _calls[0] == 2:
+        _seen.append(state)
+    return _calls[0] < 2 or state == _seen[0]
+'''
+GPU_SIGNALS = {
+    "memory_and_stream": "torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), "
+                         "torch.cuda.current_stream().cuda_stream, torch.cuda.current_stream().query()",
+    "recorder_grad_thread": "torch.autograd._profiler_enabled(), torch._C._len_torch_dispatch_stack(), "
+                            "repr(_get_current_dispatch_mode()), torch.is_grad_enabled(), threading.get_ident()",
+    "input_tensors": "a.data_ptr(), b.data_ptr(), a.stride(), a.storage_offset(), id(a), a.requires_grad",
+}
+COUNTED = '''
+_timing = json.load(open(f"../{os.path.basename(os.getcwd())}.job.json"))["timing"]
+_TIMED = range(5 + 1, 5 + _timing["warmup"] + _timing["repeats"] + 1)
+_calls = [0]
+
+
+def _watched(a, b):
+    _calls[0] += 1
+    return _calls[0] not in _TIMED
+'''
+
+
+def with_spot_checks(cfg, probability):
+    return dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, spot_check_probability=probability,
+                                                               **COUNTED_TIMING))
+
+
+def adversary_workspace(tmp_path: Path, preamble: str) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(CUDA_SOLUTIONS / "relu_add_workspace", ws)
+    (ws / "model_new.py").write_text(ADVERSARY.format(preamble=preamble))
+    return ws
+
+
+@pytest.mark.parametrize("signal", list(GPU_SIGNALS))
+def test_timed_calls_look_like_verified_calls_on_the_gpu(cfg, tmp_path, signal):
+    # Every timed output is checked: a pass means the adversary computed in every timed run,
+    # i.e. memory, stream, recorder, grad mode, thread and input tensors never told it apart.
+    ws = adversary_workspace(tmp_path, LEARNED.replace("{signal}", GPU_SIGNALS[signal]))
+    m = evaluate(RELU_ADD, ws, with_spot_checks(cfg, 1.0))
+    assert m.correct and m.error is None, (m.error, m.error_detail, m.violations)
+    assert m.spot_checks == COUNTED_TIMING["repeats"] and graduated_reward(m) >= 1
+
+
+def test_garbage_in_the_timed_runs_only_is_a_timing_output_mismatch_on_the_gpu(cfg, tmp_path):
+    m = evaluate(RELU_ADD, adversary_workspace(tmp_path, COUNTED), with_spot_checks(cfg, 0.5))
+    assert m.error == "violation" and graduated_reward(m) == -1, (m.error, m.error_detail)
+    assert any(v.startswith("timing_output_mismatch: timed run") for v in m.violations), m.violations
+    assert m.trials_passed == 5 and m.runtime_us is None
+
+
+def test_kernel_on_the_current_stream_passes_every_spot_check(cfg):
+    # The example launches on at::cuda::getCurrentCUDAStream(), as a kernel should.
+    m = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_workspace", with_spot_checks(cfg, 1.0))
+    assert m.correct and m.error is None, (m.error, m.error_detail)
+    assert m.spot_checks == COUNTED_TIMING["repeats"] and m.stage_seconds["spot_checks"] > 0
