@@ -54,7 +54,15 @@ def _compile_command(output: Path) -> list[str]:
 def library_path(cache_root: Path) -> Path:
     """The compiled recorder for this torch and compiler, built on first use (in the judge: trusted
     code only). Written atomically, so concurrent judges at worst compile it twice."""
-    key = hashlib.sha256(repr((SOURCE.read_bytes(), torch.__version__, _compile_command(Path("x")))).encode())
+    from .build import _tool_version
+    from .errors import CompileError
+
+    command = _compile_command(Path("x"))
+    try:
+        compiler = _tool_version(command[0])
+    except CompileError as exc:
+        raise RecorderError(f"the op recorder cannot be compiled: {exc}") from None
+    key = hashlib.sha256(repr((SOURCE.read_bytes(), torch.__version__, compiler, command)).encode())
     path = cache_root / "op_recorder" / f"{key.hexdigest()[:24]}.so"
     with _build_lock:
         if path.exists():

@@ -103,9 +103,6 @@ def device_name(device: torch.device) -> str:
     return f"cpu:{model} x{os.cpu_count()}"
 
 
-# ---------------------------------------------------------------- task helpers
-
-
 def timing_config(job: dict) -> TimingConfig:
     return TimingConfig(**job["timing"])
 
@@ -120,6 +117,7 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
     task = load_module(Path(job["task_path"]), "model")
     model = reference_model(task, job, out, device)
     check_reproducible_inputs(task, device)
+    release_cached_memory(device)
     cache_path = baseline_cache_path(job, device_name(device))
     baselines = load_baselines(cache_path)
     channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
@@ -134,6 +132,7 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
             elif command.name == "check":
                 pipe.write(frame(reference_frame(task, model, command.seeds, device)))
                 pipe.flush()
+                release_cached_memory(device)
                 channel.report("checked", {"count": len(command.seeds)})
 
 
@@ -188,9 +187,14 @@ def time_baselines(task, model, job: dict, device: torch.device) -> dict:
                 measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
         except Exception as exc:  # inductor unavailable or the task does not compile
             result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # this worker waits on the device while the solution is timed
+    release_cached_memory(device)
     return result
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """This worker waits on the device while the solution runs: it keeps no cached blocks."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def import_solution(solution_dir: Path):
