@@ -1,9 +1,9 @@
 """The judge's comparison of checked calls with the reference (verified trials and spot-checked
 timed runs: one mechanism for both).
 
-The run worker names each checked call by label and seed and writes copies of its output and of
-its inputs as the call left them; the reference worker regenerates those inputs from the seeds
-and computes the reference outputs. Everything here runs in the judge, on data loaded with
+The run worker names each checked call by label, seed and the digest of its inputs as the call
+left them, and writes a copy of its output; the reference worker regenerates those inputs from
+the seeds (their digests) and computes the reference outputs. Everything here runs in the judge, on data loaded with
 ``torch.load(weights_only=True)``, so nothing the solution produced can execute code.
 """
 from __future__ import annotations
@@ -48,23 +48,22 @@ class CallChecks:
         except Exception as exc:  # unreadable or forged content
             self.m.fail(ErrorKind.MISMATCH, f"solution outputs could not be read: {type(exc).__name__}")
             return None
-        if not (isinstance(loaded, dict) and isinstance(loaded.get("outputs"), list)
-                and isinstance(loaded.get("inputs_after"), list)):
+        if not (isinstance(loaded, dict) and isinstance(loaded.get("outputs"), list)):
             self.m.fail(ErrorKind.MISMATCH, "solution outputs are malformed")
             return None
         return loaded
 
     def compare(self, kind: str, calls: list[dict], data: dict, reference: dict) -> bool:
-        """Each call's inputs as the solution left them against the inputs it was given (in-place
-        mutation), then its output against the reference output of the same seed."""
-        rows = list(zip(calls, data["outputs"], data["inputs_after"], reference["outputs"], reference["inputs"]))
-        sizes = {len(calls), len(data["outputs"]), len(data["inputs_after"]), len(reference["outputs"])}
-        if sizes != {len(rows)}:
+        """Each call's inputs as the solution left them against the inputs it was given (digests
+        of their bytes: in-place mutation), then its output against the reference output of the
+        same seed."""
+        rows = list(zip(calls, data["outputs"], reference["outputs"], reference["inputs"]))
+        if {len(calls), len(data["outputs"]), len(reference["outputs"])} != {len(rows)}:
             self.m.fail(ErrorKind.MISMATCH, f"wrong number of outputs for {len(calls)} checked calls")
             return False
-        for call, output, inputs_after, expected, given in rows:
+        for call, output, expected, given in rows:
             label = call["label"]
-            if not compare_outputs(given, inputs_after, lambda _: 0.0).ok:
+            if call.get("inputs_after") != given:
                 return self._violation(f"input_mutation: {label} inputs were modified in place")
             result = compare_outputs(expected, output, self.cfg.tolerance_for)
             self.m.max_abs_diff = max(self.m.max_abs_diff or 0.0, result.max_abs_diff)

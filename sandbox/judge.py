@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -44,6 +45,8 @@ from .solution import materialise, read_solution
 from .task import load_task_source
 
 POLL_S = 0.02
+# Compiles the operator recorder off the evaluation's thread (once per machine and software).
+RECORDER_BUILDS = ThreadPoolExecutor(1, thread_name_prefix="op-recorder-build")
 # Seconds to keep reading reports after a worker exits (children may still hold the pipe).
 EXIT_GRACE_S = 1.0
 
@@ -426,15 +429,16 @@ class _Evaluation:
         verification, timing) of one evaluation at a time holds a device lane: workers started
         beforehand wait, torch imported, until the lane is theirs."""
         pooled, only_build = self.lanes.pooled, self.stop_after == "build"
-        if self.cfg.guards and not only_build and not self._install_recorder():
-            return
+        # The operator recorder compiles (first use on this machine only) while the solution builds.
+        recorder = (RECORDER_BUILDS.submit(library_path, self.cfg.cache_root)
+                    if self.cfg.guards and not only_build else None)
         ref = None if pooled or only_build else self._spawn_reference(hold=False)
         with self.lanes.build_slot(self.cancel):
             built = self._build_stage()
         if only_build:
             self.m.compiled = bool(built)
             return
-        if pooled and not built:
+        if (pooled and not built) or (built and recorder and not self._install_recorder(recorder)):
             return
         run = self.spawn("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
@@ -456,10 +460,10 @@ class _Evaluation:
                 self._run_stage(run or self.spawn("run"), ref)
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
 
-    def _install_recorder(self) -> bool:
-        """The run worker's operator recorder, compiled here (trusted code) on first use."""
+    def _install_recorder(self, build: Future) -> bool:
+        """The run worker's operator recorder, compiled in this process (trusted code)."""
         try:
-            self.job["op_recorder"] = str(library_path(self.cfg.cache_root))
+            self.job["op_recorder"] = str(build.result())
         except RecorderError as exc:
             self.m.fail(ErrorKind.SANDBOX_ERROR, str(exc))
             return False

@@ -4,11 +4,12 @@
   (reference worker: compute the reference for these per-call seeds), anything else: stop.
   Every report a worker sends afterwards carries the command's nonce.
 - Frames on the reference worker's outputs pipe: a length header, then a ``torch.save`` of
-  ``{"inputs": [...], "outputs": [...]}``, one entry per seed of the check command.
-- Checked calls: the run worker keeps a call's output (and its inputs as the call left them) in
-  a file of its directory and names it in its report as ``{"path", "sha256", "calls":
-  [{"label", "seed"}, ...]}``; the digest, sent over the nonce-checked pipe, makes a file
-  swapped in afterwards a forgery.
+  ``{"inputs": [digest, ...], "outputs": [...]}``, one entry per seed of the check command
+  (``inputs_digest`` of the regenerated inputs).
+- Checked calls: the run worker keeps a copy of a call's output in a file of its directory and
+  names it in its report as ``{"path", "sha256", "calls": [{"label", "seed", "inputs_after"},
+  ...]}`` (``inputs_after``: the digest of the inputs as the call left them); the file's digest,
+  sent over the nonce-checked pipe, makes a file swapped in afterwards a forgery.
 """
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
 from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
-                     load_module, same_inputs, save_tensors, seeded_inputs, to_cpu_copy)
+                     inputs_digest, load_module, same_inputs, save_tensors, seeded_inputs, to_cpu_copy)
 from .protocol import Command, digest, frame
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
 
@@ -165,7 +165,7 @@ def reference_frame(task, model, seeds: tuple[int, ...], device: torch.device) -
     with torch.no_grad():
         for seed in seeds:
             inputs = seeded_inputs(task, seed, device)
-            given.append(to_cpu_copy(inputs))
+            given.append(inputs_digest(inputs))
             try:
                 outputs.append(to_cpu_copy(model(*inputs)))
             except Exception as exc:
@@ -299,25 +299,23 @@ class SeededCalls:
 
 class CheckedCalls:
     """Calls whose outputs the judge compares with the reference (verified trials, spot-checked
-    timed runs): label, seed, and copies of the output and of the inputs as the call left them,
-    taken as soon as the call has returned, while the recorder still watches."""
+    timed runs): label, seed, a copy of the output and the digest of the inputs as the call left
+    them, taken as soon as the call has returned, while the recorder still watches."""
 
     def __init__(self):
         self.calls: list[dict] = []
         self.outputs: list = []
-        self.inputs_after: list = []
         self.seconds = 0.0
 
     def keep(self, label: str, seed: int, call: Call) -> None:
         start = _perf_counter()
         self.outputs.append(to_cpu_copy(call.output))
-        self.inputs_after.append(to_cpu_copy(call.inputs))
-        self.calls.append({"label": label, "seed": seed})
+        self.calls.append({"label": label, "seed": seed, "inputs_after": inputs_digest(call.inputs)})
         self.seconds += _perf_counter() - start
 
     def save(self, path: Path) -> dict:
         """Write the copies; the returned record (with their digest) goes into the report."""
-        data = save_tensors(path, {"outputs": self.outputs, "inputs_after": self.inputs_after})
+        data = save_tensors(path, {"outputs": self.outputs})
         return {"path": str(path), "sha256": digest(data), "calls": self.calls}
 
 
