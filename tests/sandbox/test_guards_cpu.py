@@ -601,10 +601,15 @@ PATCHED_HARNESS = {
 
         __main__.measure = lambda *args, **kwargs: [0.001] * 3
     """,
-    "sandbox.timing._timed_runs": """
+    "sandbox.timing.timed_runs": """
         import sandbox.timing
 
-        sandbox.timing._timed_runs = lambda one_run, make_inputs, cfg: [0.001] * cfg.repeats
+        sandbox.timing.timed_runs = lambda call, cfg, after_timed=None: [0.001] * cfg.repeats
+    """,
+    "__main__.timed_runs": """
+        import __main__
+
+        __main__.timed_runs = lambda call, cfg, after_timed=None: [0.001] * cfg.repeats
     """,
     "sandbox.measurement.TimingStats.from_samples": """
         from sandbox.measurement import TimingStats
