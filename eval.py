@@ -1,4 +1,4 @@
-"""Benchmark evaluation: judge a policy's solutions to KernelBench-format problems with the
+r"""Benchmark evaluation: judge a policy's solutions to KernelBench-format problems with the
 sandbox, and report the CUDA Agent paper's metrics (pass rate, faster-than-eager and
 faster-than-compile rates, geometric-mean speedups) and KernelBench's fast_p, per level.
 
@@ -46,12 +46,14 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from src.entry import register_resolvers
 from src.evaluation.kernelbench import BenchmarkError, Problem, load_problems, resolve_root
 from src.evaluation.replay import ReplayError, replay_solutions
 from src.evaluation.runner import RunMismatchError, pin_run, run_identity
 
 log = logging.getLogger("eval")
 USAGE_ERROR = 2
+register_resolvers()  # --help from this docstring; sandbox.backend's default: this machine's
 
 
 class UsageError(ValueError):
@@ -90,7 +92,7 @@ def solution_paths(cfg: DictConfig, problems: list[Problem], out_dir: Path, sand
         # throw_on_missing: an unset endpoint or model is one clear line, not a failed episode per task.
         return run_agent(problems, OmegaConf.to_container(cfg.policy, resolve=True, throw_on_missing=True),
                          OmegaConf.to_container(cfg.agent, resolve=True, throw_on_missing=True), sandbox,
-                         out_dir, cfg.workers, cfg.episodes_in_flight)
+                         out_dir, cfg.workers, cfg.episodes_in_flight, cfg.reward.name)
     except (PolicyError, ValueError) as exc:
         raise UsageError(f"policy {cfg.policy.name}: {exc}") from None
 
@@ -104,12 +106,12 @@ def solutions_identity(cfg: DictConfig) -> str:
 
 
 def evaluate(cfg: DictConfig) -> dict:
-    from sandbox.judge import check_backend
+    from sandbox.backend import require_backend
     from src.evaluation import report
     from src.evaluation.runner import run_problems
 
     sandbox = sandbox_config(cfg)
-    check_backend(sandbox)  # one clear line now, instead of a task error per problem
+    require_backend(sandbox.backend, "sandbox=cpu")  # one clear line now, not a task error per problem
     problems = problem_selection(cfg)
     out_dir = Path(cfg.output_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

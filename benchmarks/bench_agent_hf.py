@@ -24,6 +24,14 @@ reply at a time), build, verify (reference outputs + correctness trials), timing
 timed runs), sandbox_overhead (waiting for a build slot or device lane, worker start-up) and
 other (file tools, parsing, chat-template rendering, workspace set-up).
 
+Stop reasons (report["outcomes"]["stop_reasons"]: episodes and share per reason, and
+template_drift_share): how many episodes ended in template_drift (the target is under 1 %; token-in
+/ token-out, docs/agent.md, leaves it to templates that fail at episode start). Measure it at the
+sampling temperature training uses, e.g. on 1 GPU:
+  python benchmarks/bench_agent_hf.py --backend cuda --tasks level1/1,level1/3,level2/2,level2/3 \
+      --model-size small --episodes 100 --concurrency 8 --max-batch 8 --temperature 1.0 \
+      --no-compile-baseline --out agent_hf_drift.json
+
 Launch lines (run from the repository root; --out is the JSON report):
   CPU:    python benchmarks/bench_agent_hf.py --backend cpu --tasks level1/1,level2/2,level2/3 \\
               --model-size tiny --lr 2e-2 --batch-size 2 --train-steps 400 --episodes 3 \\
@@ -58,17 +66,19 @@ sys.path.insert(0, str(ROOT))
 from sandbox import SandboxConfig  # noqa: E402
 from sandbox.config import TimingConfig  # noqa: E402
 from sandbox.errors import SolutionError  # noqa: E402
-from sandbox.pool import EvalRequest, make_pool  # noqa: E402
+from sandbox.pool import make_pool  # noqa: E402
 from sandbox.solution import read_solution  # noqa: E402
 from src.agent import AgentConfig, HFPolicy, Trajectory, TrajectoryWriter, run_episodes  # noqa: E402
 from src.agent.offline_model import (MODEL_SIZES, behaviour_clone, build_chat_tokenizer, chat_corpus,  # noqa: E402
-                                     expert_episode, save_policy, small_model_config)
+                                     demonstrated_correctly, demonstrations, save_policy, small_model_config)
 from src.evaluation.kernelbench import load_problems  # noqa: E402
 from src.evaluation.replay import replay_solutions  # noqa: E402
 
 SAMPLE = ROOT / "examples" / "kernelbench_sample"
 SAMPLE_SOLUTIONS = ROOT / "examples" / "kernelbench_sample_solutions"
 SANDBOX_TOOLS = ("compile", "verify", "profile")
+# The paper's reward scores every verdict (the report shows it; the benchmark measures time).
+REWARD = "graduated"
 
 
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
@@ -163,6 +173,7 @@ class TimedPolicy:
     def __init__(self, policy: Any, serial: bool = True):
         self.policy, self.name = policy, policy.name
         self.tokenizer, self.reports_logprobs = policy.tokenizer, policy.reports_logprobs
+        self.sampling = getattr(policy, "sampling", None)
         self.busy_s, self.tokens, self.calls = 0.0, 0, 0
         self._lock = threading.Lock() if serial else contextlib.nullcontext()
         self._count = threading.Lock()
@@ -176,28 +187,6 @@ class TimedPolicy:
                 self.tokens += len(gen.token_ids or [])
                 self.calls += 1
         return gen
-
-
-async def prebuild(pairs, pool) -> None:
-    """Build every solution once (CPU only, no device lane). The demonstrations then see the
-    compile observation the measured episodes will see for the same files ("cached build"); a
-    model shown only fresh-build timings stumbles on it."""
-    await asyncio.gather(*(pool.evaluate(EvalRequest(p.id, p.path, solution, "build")) for p, solution in pairs))
-
-
-async def demonstrate(pairs, tokenizer, pool, cfg: AgentConfig, backend: str, rounds: int, bar):
-    """``rounds`` expert episodes per task (tasks at once, rounds one after another): repeated
-    rounds show the model the same steps under other observed numbers (timings)."""
-    async def one(problem, solution: Path, round_: int) -> tuple[Any, Trajectory]:
-        traj = await expert_episode(problem.path, solution, tokenizer, pool, cfg, backend,
-                                    episode_id=f"expert{round_}-{problem.id.replace('/', '-')}")
-        bar.update(1)
-        return problem, traj
-
-    demos: list[tuple[Any, Trajectory]] = []
-    for round_ in range(rounds):
-        demos += await asyncio.gather(*(one(p, s, round_) for p, s in pairs))
-    return demos
 
 
 def train(tokenizer, demos: list[Trajectory], args: argparse.Namespace, device: str):
@@ -249,16 +238,16 @@ def make_policy(args: argparse.Namespace, pairs, cfg: AgentConfig, pool, device:
     tokenizer = build_chat_tokenizer(corpus, args.vocab_size)
     report["tokenizer"] = {"vocab_size": len(tokenizer), "corpus_chars": sum(map(len, corpus))}
     t0 = time.monotonic()
-    asyncio.run(prebuild(pairs, pool))
-    prebuild_s, t0 = time.monotonic() - t0, time.monotonic()
     with tqdm(total=len(pairs) * args.demos_per_task, desc="demonstrations", unit="episode",
               disable=args.no_progress) as bar:
-        demos = asyncio.run(demonstrate(pairs, tokenizer, pool, cfg, args.backend, args.demos_per_task, bar))
-    report["demonstrations"] = demo_summary([d for _, d in demos], prebuild_s, time.monotonic() - t0)
+        demos = asyncio.run(demonstrations([(p.path, s) for p, s in pairs], tokenizer, pool, cfg, args.backend,
+                                           reward=REWARD, rounds=args.demos_per_task, on_episode=bar.update))
+    demos = [(pairs[i][0], d) for i, d in demos]
+    report["demonstrations"] = demo_summary([d for _, d in demos], time.monotonic() - t0)
     (Path(args.output_dir) / "demonstrations.jsonl").unlink(missing_ok=True)
     for _, demo in demos:  # readable with render_transcript, like any trajectory row
         TrajectoryWriter(Path(args.output_dir) / "demonstrations.jsonl").append(demo)
-    kept = [(p, d) for p, d in demos if d.stop_reason == "finish" and (d.final_measurement or {}).get("correct")]
+    kept = [(p, d) for p, d in demos if demonstrated_correctly(d)]
     if not kept:
         raise SystemExit(f"no demonstration ended correct: {report['demonstrations']}")
     report["demonstrations"]["used"] = sorted({p.id for p, _ in kept})
@@ -278,17 +267,19 @@ def measure(args: argparse.Namespace, problems: list, cfg: AgentConfig, pool, de
     import torch
     from tqdm import tqdm
 
-    policy = TimedPolicy(HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed,
-                                  max_batch=args.max_batch), serial=args.max_batch == 1)
+    hf = HFPolicy(args.output_dir, device=device, temperature=args.temperature, seed=args.seed,
+                  max_batch=args.max_batch)
+    policy = TimedPolicy(hf, serial=args.max_batch == 1)
     tasks = [problems[i % len(problems)] for i in range(args.episodes)]
     rows = Path(args.output_dir) / "trajectories.jsonl"
     rows.unlink(missing_ok=True)
     start = time.monotonic()
     with tqdm(total=args.episodes, desc="episodes", unit="episode", disable=args.no_progress) as bar:
-        trajs = asyncio.run(run_episodes([p.path for p in tasks], policy, pool, cfg, args.backend,
-                                         writer=ProgressWriter(rows, bar), concurrency=args.concurrency,
-                                         episode_ids=[f"{i:03d}-{p.id.replace('/', '-')}"
-                                                      for i, p in enumerate(tasks)]))
+        with hf:  # the batcher thread ends with the measurement
+            trajs = asyncio.run(run_episodes([p.path for p in tasks], policy, pool, cfg, args.backend, reward=REWARD,
+                                             writer=ProgressWriter(rows, bar), concurrency=args.concurrency,
+                                             episode_ids=[f"{i:03d}-{p.id.replace('/', '-')}"
+                                                          for i, p in enumerate(tasks)]))
     report = episode_report(trajs, policy, time.monotonic() - start, args)
     report["device"] = torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu"
     report["max_new_tokens_per_turn"] = cfg.max_new_tokens_per_turn
@@ -297,8 +288,9 @@ def measure(args: argparse.Namespace, problems: list, cfg: AgentConfig, pool, de
 
 # ---------------------------------------------------------------- report
 
-def demo_summary(demos: list[Trajectory], prebuild_s: float, seconds: float) -> dict:
-    return {"episodes": len(demos), "prebuild_s": prebuild_s, "wall_s": seconds,
+def demo_summary(demos: list[Trajectory], seconds: float) -> dict:
+    """The expert's episodes; wall_s includes building every solution once first."""
+    return {"episodes": len(demos), "wall_s": seconds,
             "correct": sum(bool((d.final_measurement or {}).get("correct")) for d in demos),
             "stop_reasons": dict(Counter(d.stop_reason for d in demos)),
             "tokens": [len(d.ledger) for d in demos],
@@ -328,7 +320,8 @@ def episode_report(trajs: list[Trajectory], policy: TimedPolicy, wall: float, ar
         "tool_calls": dict(calls), "sandbox_tool_calls": sum(calls[name] for name in SANDBOX_TOOLS),
         "sandbox_evaluations": sum(int(t.timings.get("sandbox_evaluations", 0)) for t in trajs),
         "invalid_tool_calls": sum(t.invalid_tool_calls for t in trajs),
-        "outcomes": {"stop_reasons": dict(Counter(t.stop_reason for t in trajs)),
+        "outcomes": {"stop_reasons": stop_reason_shares(trajs),
+                     "template_drift_share": sum(t.stop_reason == "template_drift" for t in trajs) / max(n, 1),
                      "final_correct": sum(bool((t.final_measurement or {}).get("correct")) for t in trajs),
                      "best_correct": sum(t.best_measurement is not None for t in trajs),
                      "final_errors": dict(Counter((t.final_measurement or {}).get("error") for t in trajs)),
@@ -339,6 +332,12 @@ def episode_report(trajs: list[Trajectory], policy: TimedPolicy, wall: float, ar
         "time_split_share": {k: v / summed for k, v in split.items()} if summed > 0 else {},
         "per_episode": [episode_row(t) for t in trajs],
     }
+
+
+def stop_reason_shares(trajs: list[Trajectory]) -> dict[str, dict[str, float]]:
+    """Episodes per stop reason and their share of all (template_drift's should stay under 1 %)."""
+    counts = Counter(t.stop_reason for t in trajs)
+    return {reason: {"episodes": n, "share": n / len(trajs)} for reason, n in sorted(counts.items())}
 
 
 def time_split(trajs: list[Trajectory], generation_busy_s: float) -> dict[str, float]:

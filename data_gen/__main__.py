@@ -1,4 +1,4 @@
-"""Synthesize a CUDA-Agent-Ops-style training set: ``python -m data_gen [overrides]``.
+r"""Synthesize a CUDA-Agent-Ops-style training set: ``python -m data_gen [overrides]``.
 
 Stages: crawl torch/transformers operators -> compose candidate tasks (offline composer by
 default; an LLM with composer=llm) -> filter each candidate in its own worker process (eager and
@@ -21,7 +21,6 @@ Launch lines:
 """
 from __future__ import annotations
 
-import logging
 import sys
 from pathlib import Path
 
@@ -32,13 +31,16 @@ def main() -> None:
     import hydra
     from omegaconf import DictConfig
 
-    @hydra.main(version_base=None, config_path=CONF_DIR, config_name="pipeline")
+    from src.entry import register_resolvers
+
+    register_resolvers()  # --help from this docstring
+
+    @hydra.main(version_base="1.3", config_path=CONF_DIR, config_name="pipeline")
     def entry(cfg: DictConfig) -> None:
         from src.llm import LLMError
 
         from .pipeline import run
 
-        logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
         try:
             summary = run(cfg)
         except (LLMError, ValueError, FileNotFoundError) as exc:

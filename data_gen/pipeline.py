@@ -143,6 +143,7 @@ def decontaminate_stage(rows: list[dict], dcfg: dict[str, Any], stats: RunStats)
     if not bench_dir:
         stats.decontam = {"checked": 0, "dropped": 0, "note": "decontamination SKIPPED: no benchmark_dir given "
                           "(set decontaminate.benchmark_dir or KERNELBENCH_DIR to a KernelBench checkout)"}
+        log.warning(stats.decontam["note"])  # on the console too, not only in report.md
         return rows
     kept, _, stats.decontam = decontaminate_rows(rows, bench_dir, dcfg["threshold"], dcfg.get("pattern", "*.py"),
                                                  dcfg.get("progress", True))
@@ -168,6 +169,8 @@ def run(cfg: Any) -> dict[str, Any]:
     stats.crawl = registry.summary()
     log.info("crawl: %s", json.dumps({k: {x: y for x, y in v.items() if x != "skip_reasons"}
                                       for k, v in stats.crawl.items() if k != "notes"}))
+    for note in stats.crawl.get("notes", []):
+        log.warning("crawl: %s", note)
 
     composer = build_composer(cfg, registry, out_dir)
     indices = list(range(cfg["start_index"], cfg["start_index"] + cfg["num_candidates"]))

@@ -1,7 +1,16 @@
-"""Command line of the sandbox.
+r"""The kernel sandbox from the shell: judge a solution (a ``ModelNew`` file or a CUDA-Agent
+workspace) against a KernelBench-format task: build, verify on fresh inputs, time against eager
+and torch.compile, run the anti-gaming guards, and report the measurement and its reward.
+
+    python -m sandbox demo             # the bundled relu_add workspace, on the GPU if one is visible
+    python -m sandbox evaluate --task examples/tasks/relu_add.py \
+        --solution examples/solutions/cpu/relu_add_workspace --backend cpu --json
+
+Synopsis:
 
     python -m sandbox evaluate --task TASK.py --solution PATH [--backend cpu|cuda]
-                               [--reward graduated|binary|continuous] [--json]
+                               [--reward graduated|binary|continuous]
+                               [--tolerance kernelbench|paper] [--json]
     python -m sandbox evaluate-batch --manifest IN.jsonl --out OUT.jsonl [--workers N]
                                [--backend cpu|cuda] [--pool local|ray]
     python -m sandbox demo
@@ -27,11 +36,16 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
+from .backend import visible_backend
+from .config import SandboxConfig
+from .errors import TaskError
+
 USAGE_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m sandbox", description="CUDA-Agent kernel sandbox")
+    parser = argparse.ArgumentParser(prog="python -m sandbox", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     ev = sub.add_parser("evaluate", help="judge one solution against one task")
     ev.add_argument("--task", required=True, help="KernelBench-format task file")
@@ -57,13 +71,21 @@ def add_judging_options(ev: argparse.ArgumentParser) -> None:
     """Options shared by evaluate and evaluate-batch: how solutions are judged and rewarded."""
     ev.add_argument("--backend", choices=["cpu", "cuda"], default=None,
                     help="default: cuda when a GPU is visible, else cpu")
-    ev.add_argument("--reward", choices=["graduated", "binary", "continuous"], default="graduated")
-    ev.add_argument("--tolerance", choices=["kernelbench", "paper"], default="kernelbench")
-    ev.add_argument("--trials", type=int, default=5, help="random input sets checked (default 5)")
-    ev.add_argument("--warmup", type=int, default=None, help="untimed warm-up runs")
-    ev.add_argument("--repeats", type=int, default=None, help="timed runs")
-    ev.add_argument("--compile-timeout", type=float, default=None, help="seconds for the build")
-    ev.add_argument("--run-timeout", type=float, default=None, help="seconds for verify + timing")
+    ev.add_argument("--reward", choices=["graduated", "binary", "continuous"], default="graduated",
+                    help="graduated: the paper's -1/1/2/3 by speed vs eager and torch.compile; binary: "
+                         "1 correct, -1 otherwise; continuous: t_compile / t (default graduated)")
+    ev.add_argument("--tolerance", choices=["kernelbench", "paper"], default="kernelbench",
+                    help="kernelbench: fp32 1e-4, fp16/bf16 1e-2; paper: 1e-2 for every dtype (default kernelbench)")
+    defaults = SandboxConfig()
+    ev.add_argument("--trials", type=int, default=defaults.num_correct_trials,
+                    help=f"random input sets checked (default {defaults.num_correct_trials})")
+    ev.add_argument("--warmup", type=int, default=None,
+                    help=f"untimed warm-up runs (default {defaults.timing.warmup})")
+    ev.add_argument("--repeats", type=int, default=None, help=f"timed runs (default {defaults.timing.repeats})")
+    ev.add_argument("--compile-timeout", type=float, default=None,
+                    help=f"seconds for the build (default {defaults.compile_timeout_s:g})")
+    ev.add_argument("--run-timeout", type=float, default=None,
+                    help=f"seconds for verify + timing (default {defaults.run_timeout_s:g})")
     ev.add_argument("--no-compile-baseline", action="store_true", help="skip the torch.compile baseline")
     ev.add_argument("--no-guards", action="store_true",
                     help="turn the anti-gaming guards off (debugging and ablations only)")
@@ -77,10 +99,8 @@ def demo_paths(backend: str) -> tuple[Path, Path]:
     return examples / "tasks" / "relu_add.py", examples / "solutions" / backend / "relu_add_workspace"
 
 
-def config_from_args(args: argparse.Namespace):
-    from .config import SandboxConfig
-
-    backend = args.backend or _default_backend()
+def config_from_args(args: argparse.Namespace) -> SandboxConfig:
+    backend = args.backend or visible_backend()
     if args.command == "demo":
         return SandboxConfig(backend=backend)
     cfg = SandboxConfig(backend=backend, tolerance=args.tolerance, num_correct_trials=args.trials,
@@ -97,10 +117,29 @@ def config_from_args(args: argparse.Namespace):
     return replace(cfg, **overrides)
 
 
-def _default_backend() -> str:
-    import torch
+def demo_needs_a_build(solution: Path, cfg: SandboxConfig) -> bool:
+    """True when the demo workspace's module is not in the build cache yet (a cold first run),
+    or when that cannot be told (no compiler, no arch)."""
+    import tempfile
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    from .build import cached_module, make_toolchain
+    from .errors import CompileError
+    from .pool import device_arch
+
+    try:
+        arch = cfg.cuda_arch or (device_arch(str(cfg.device_index)) if cfg.backend == "cuda" else None)
+        tc = make_toolchain(cfg.backend, arch, cfg.cxx_flags, cfg.nvcc_flags)
+    except (CompileError, TaskError, OSError):
+        return True
+    with tempfile.TemporaryDirectory() as scratch:
+        return cached_module(solution, Path(scratch), tc, cfg.cache_root) is None
+
+
+def announce_demo(task: Path, solution: Path, cfg: SandboxConfig) -> None:
+    """One stderr line: what the demo judges, and that a cold first run takes a while."""
+    cold = " (first run: it builds the kernel and times the baselines, a minute or two)" \
+        if demo_needs_a_build(solution, cfg) else ""
+    print(f"judging {solution.name} on task {task.name} on the {cfg.backend} backend{cold}", file=sys.stderr)
 
 
 def render_text(result: dict) -> str:
@@ -118,7 +157,6 @@ def render_text(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .errors import TaskError
     from .judge import evaluate
 
     if args.command == "evaluate-batch":
@@ -132,12 +170,15 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.command == "demo":
         args.reward, args.json = "graduated", False
-        args.backend = args.backend or _default_backend()
+        args.backend = args.backend or visible_backend()
         args.task, args.solution = demo_paths(args.backend)
-        print(f"judging {args.solution.name} on task {args.task.name} (backend {args.backend}; "
-              "the first build takes a minute)", file=sys.stderr)
+    elif not Path(args.solution).exists():
+        print(f"error: --solution {args.solution}: no such file or directory", file=sys.stderr)
+        return USAGE_ERROR
     try:
         cfg = config_from_args(args)
+        if args.command == "demo":
+            announce_demo(args.task, args.solution, cfg)
         measurement = evaluate(args.task, args.solution, cfg, stop_after=getattr(args, "stop_after", "timing"))
     except (TaskError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)

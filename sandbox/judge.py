@@ -341,13 +341,13 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
         raise ValueError(f"stop_after must be one of {STAGES}, got {stop_after!r}")
     task_source = load_task_source(task_path)
     check_backend(cfg)
-    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance, stopped_after=stop_after,
-                    num_trials=cfg.num_correct_trials + (cfg.post_timing_trials if stop_after == "timing" else 0))
+    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance)
     try:
         solution = read_solution(solution_path)
     except SolutionError as exc:
-        return m.fail(ErrorKind.INVALID_SOLUTION, str(exc))
-    m.solution_form = solution.form
+        return m.fail(ErrorKind.INVALID_SOLUTION, str(exc))  # nothing ran: stopped_after "none", no trials
+    m.solution_form, m.stopped_after = solution.form, stop_after
+    m.num_trials = cfg.num_correct_trials + (cfg.post_timing_trials if stop_after == "timing" else 0)
     eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-eval-"))
     try:
         materialise(solution, task_source, eval_dir / "solution")

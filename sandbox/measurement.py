@@ -88,8 +88,9 @@ class Measurement:
     solution_form: str = ""
     tolerance: str = ""
     baseline_cached: bool = False
-    # How far the evaluation was asked to go: build, verify or timing (only "timing" has runtimes).
-    stopped_after: str = "timing"
+    # How far the evaluation was asked to go: build, verify or timing (only "timing" has runtimes);
+    # "none" when the verdict came without running anything (no usable solution, or none at all).
+    stopped_after: str = "none"
     # How solution code was isolated from the judge ("pid+net namespaces" or "none: why").
     isolation: str = ""
     # Wall-clock seconds per stage (build, reference, baselines, verify, check, timing, spot_checks).

@@ -17,6 +17,11 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import pytest
 
+from src.entry import register_resolvers
+
+# Tests compose the Hydra configs directly: they need the resolvers the entry scripts register.
+register_resolvers()
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = REPO_ROOT / "examples"
 EXAMPLE_TASKS = EXAMPLES / "tasks"
@@ -80,7 +85,12 @@ class CliResult(NamedTuple):
 
 @pytest.fixture(scope="session")
 def sandbox_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache root for the whole session (--cache-dir / SandboxConfig(cache_dir=...))."""
+    """One cache root for the whole session (--cache-dir / SandboxConfig(cache_dir=...)).
+    CUDA_AGENT_TEST_CACHE names a directory to reuse across local sessions (builds stay warm)."""
+    reuse = os.environ.get("CUDA_AGENT_TEST_CACHE")
+    if reuse:
+        Path(reuse).mkdir(parents=True, exist_ok=True)
+        return Path(reuse)
     return tmp_path_factory.mktemp("sandbox-cache")
 
 

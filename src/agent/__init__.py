@@ -4,7 +4,8 @@ record that training reads. See docs/agent.md.
 
     from src.agent import AgentConfig, ScriptedPolicy, run_episode
     with make_pool(sandbox_cfg) as pool:
-        traj = asyncio.run(run_episode(task_path, policy, pool, AgentConfig(), backend="cpu"))
+        traj = asyncio.run(run_episode(task_path, policy, pool, AgentConfig(), backend="cpu",
+                                     reward="graduated"))
 """
 from .episode import AgentConfig, Episode, run_episode, run_episodes
 from .policies import APIPolicy, Generation, HFPolicy, PolicyError, ScriptedPolicy, build_policy

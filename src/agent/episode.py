@@ -5,11 +5,14 @@ the observations go back, until it finishes, hits a limit or fails for good.
 
 Stop reasons (``Trajectory.stop_reason``): finish, max_turns, context_limit, invalid_calls (too
 many replies in a row without one usable call), single_turn (the one reply of single-turn mode),
-template_drift (see trajectory.py), policy_error, fatal_error.
+template_drift (a chat template the token bookkeeping cannot use, see trajectory.py; checked at
+episode start), policy_error, fatal_error.
 
-Outcome: every distinct workspace state the agent judged, plus the final one, has a verdict.
-Training uses the final workspace's reward (``outcome: final``) or the best one (``best``);
-evaluation reports the best correct solution in the trajectory (the paper's rule) either way.
+Outcome: every distinct workspace state the agent judged, plus the final one, has a verdict,
+scored with the reward its caller names (``reward=``: the ``reward`` config group's, the one
+setting for both the best-state choice and training). Training uses the final workspace's reward
+(``outcome: final``) or the best one (``best``); evaluation reports the best correct solution in
+the trajectory (the paper's rule) either way.
 """
 from __future__ import annotations
 
@@ -24,11 +27,11 @@ from typing import Any, Iterable, Mapping, Optional
 
 from sandbox.measurement import Measurement
 from sandbox.pool import PoolClient
-from sandbox.reward import passed
+from sandbox.reward import passed, reward_fn
 
 from .policies import PolicyError
 from .toolcall import parse_tool_calls
-from .tools import SandboxJudge, Toolbox, Verdict, clip, tool_schemas
+from .tools import SANDBOX_TOOLS, SandboxJudge, Toolbox, Verdict, clip, content_key, tool_schemas
 from .trajectory import ChatRenderer, TemplateDrift, ToolRecord, Trajectory, TrajectoryWriter, TurnRecord
 from .workspace import SOLUTION_FILE, Workspace
 
@@ -48,7 +51,6 @@ class AgentConfig:
     max_consecutive_invalid: int = 8
     tools: tuple[str, ...] = ALL_TOOLS
     outcome: str = "final"
-    reward: str = "graduated"
     workspace_dir: str = ""
     keep_workspace: bool = False
 
@@ -108,16 +110,20 @@ class Episode:
     """One episode's state; ``run`` drives it and always returns a Trajectory."""
 
     def __init__(self, task: Path, policy: Any, pool: PoolClient, cfg: AgentConfig, backend: str,
-                 episode_id: str = ""):
+                 reward: str, episode_id: str = ""):
         self.task, self.policy, self.cfg = Path(task), policy, cfg
         self.task_source = self.task.read_text(encoding="utf-8")
         self.workspace = Workspace.create(self.task_source, backend, cfg.workspace_dir or None)
-        self.judge = SandboxJudge(pool, self.task, self.workspace.root / ".judged", cfg.reward)
+        self.judge = SandboxJudge(pool, self.task, self.workspace.root / ".judged", reward)
         self.toolbox = Toolbox(self.workspace, self.judge, list(cfg.tools))
         self.tools = tool_schemas(list(cfg.tools))
-        self.renderer = ChatRenderer(policy.tokenizer, self.tools) if policy.tokenizer is not None else None
+        self.renderer: Optional[ChatRenderer] = None  # built in run(): a template that fails is a stop reason
+        sampling = getattr(policy, "sampling", None)
         self.traj = Trajectory(episode_id or uuid.uuid4().hex[:12], self.task.name, policy.name, cfg.mode,
-                               has_logprobs=bool(policy.reports_logprobs))
+                               has_logprobs=bool(policy.reports_logprobs), reward_name=reward,
+                               sampling=dict(sampling) if sampling else None)
+        # The last reply's ids and whether it stopped on a stop id, until its continuation is appended.
+        self.open_reply: Optional[tuple[list[int], bool]] = None
         self.context_tokens = 0
         self.seconds = {"generate_s": 0.0, "tools_s": 0.0}
         # Sandbox seconds per stage over every evaluation run (sandbox_build_s, ...); summed as
@@ -129,7 +135,8 @@ class Episode:
         try:
             self.traj.messages = [{"role": "system", "content": system_prompt(self.workspace, self.cfg)},
                                   {"role": "user", "content": self.task_prompt()}]
-            if self.renderer:
+            if self.policy.tokenizer is not None:
+                self.renderer = ChatRenderer(self.policy.tokenizer, self.tools)
                 self.traj.ledger.extend(self.renderer.render(self.traj.messages, True), generated=False)
             await self.loop()
         except StopEpisode as stop:
@@ -187,6 +194,8 @@ class Episode:
             if gen.token_ids is None:
                 raise PolicyError(f"{self.policy.name} returned no token ids although it has a tokenizer")
             turn.gen_span = list(self.traj.ledger.extend(gen.token_ids, True, gen.logprobs))
+            self.open_reply = (list(gen.token_ids), gen.finish_reason == "stop")
+        self.record_version(turn, gen.policy_version)
         if gen.context_tokens:
             self.context_tokens = gen.context_tokens
         self.traj.messages.append({"role": "assistant", "content": gen.text})
@@ -210,8 +219,8 @@ class Episode:
             evaluations = self.judge.evaluations
             result = await self.toolbox.call(call.name, call.arguments)
             self.count_stages(evaluations, result.measurement)
-            turn.tool_calls.append(ToolRecord(call.name, call.arguments,
-                                              clip(result.text, self.cfg.max_observation_chars), result.ok))
+            turn.tool_calls.append(self.tool_record(call.name, call.arguments, result,
+                                                    cached=self.judge.evaluations == evaluations))
             self.traj.invalid_tool_calls += 0 if result.ok else 1
             usable |= result.ok
             if result.finished:
@@ -220,6 +229,25 @@ class Episode:
         turn.tools_s = time.monotonic() - started
         self.seconds["tools_s"] += turn.tools_s
         return finished, usable
+
+    def tool_record(self, name: str, arguments: dict, result: Any, cached: bool) -> ToolRecord:
+        """The call, its observation, the content it left (or judged) and, for sandbox tools,
+        the verdict in brief (what RFT's loop filters read: filters.py)."""
+        verdict = result.verdict
+        key = verdict.key if verdict is not None else content_key(self.workspace.solution_files())
+        brief = None
+        if verdict is not None and name in SANDBOX_TOOLS:
+            m = verdict.measurement
+            brief = {"status": m.error or "ok", "stopped_after": m.stopped_after, "reward": verdict.reward,
+                     "cached": cached}
+        return ToolRecord(name, arguments, clip(result.text, self.cfg.max_observation_chars), result.ok,
+                          content_key=key, verdict=brief)
+
+    def record_version(self, turn: TurnRecord, version: Optional[int]) -> None:
+        turn.policy_version = version
+        if version is not None:
+            first = self.traj.policy_version[0] if self.traj.policy_version else version
+            self.traj.policy_version = [first, version]
 
     def single_file_answer(self, turn: TurnRecord) -> bool:
         """Single-turn fallback: a KernelBench-style reply (one python block with ModelNew)."""
@@ -236,11 +264,12 @@ class Episode:
         texts = [f"error: invalid tool call: {e}. Write calls as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}"
                  f"</tool_call>." for e in turn.parse_errors]
         texts += [f"[{c.name}] {c.result}" for c in turn.tool_calls]
-        for text in texts:
-            self.traj.messages.append({"role": "tool", "content": clip(text, self.cfg.max_observation_chars)})
-        if self.renderer:
-            tail = self.renderer.tail(self.traj.ledger, self.traj.messages, add_generation_prompt=True)
-            turn.obs_span = list(self.traj.ledger.extend(tail, generated=False))
+        new = [{"role": "tool", "content": clip(text, self.cfg.max_observation_chars)} for text in texts]
+        self.traj.messages.extend(new)
+        if self.renderer and self.open_reply is not None:
+            ids = self.renderer.continuation(*self.open_reply, new)
+            turn.obs_span = list(self.traj.ledger.extend(ids, generated=False))
+            self.open_reply = None
         if self.context_used() >= self.cfg.max_context_tokens:
             raise StopEpisode("context_limit", f"{self.context_used()} of {self.cfg.max_context_tokens} tokens used")
 
@@ -251,12 +280,13 @@ class Episode:
         return max(self.context_tokens, sum(len(m["content"]) for m in self.traj.messages) // 4)
 
     def close_tokens(self) -> None:
-        """Append the template's tail so the ids equal the rendered history exactly (mask 0)."""
-        if not self.renderer or not self.traj.messages:
+        """Close the last reply with the template's closing (mask 0), when no continuation
+        followed it (the episode ended on that reply)."""
+        if not self.renderer or self.open_reply is None:
             return
-        open_turn = self.traj.messages[-1]["role"] != "assistant"
         try:
-            self.traj.ledger.extend(self.renderer.tail(self.traj.ledger, self.traj.messages, open_turn), False)
+            self.traj.ledger.extend(self.renderer.continuation(*self.open_reply, []), False)
+            self.open_reply = None
         except TemplateDrift as exc:
             # Drift outranks how the episode ended (finish, a limit): the ids are unusable for
             # training, and consumers filter on stop_reason.
@@ -305,23 +335,29 @@ def snapshot_files(root: Path) -> dict[str, str]:
 
 
 async def run_episode(task: str | Path, policy: Any, pool: PoolClient, cfg: AgentConfig, backend: str,
-                      episode_id: str = "") -> Trajectory:
-    return await Episode(Path(task), policy, pool, cfg, backend, episode_id).run()
+                      *, reward: str, episode_id: str = "") -> Trajectory:
+    """One episode; ``reward`` names the reward function (the caller's ``reward`` config group)."""
+    reward_fn(reward)  # an unknown name is a clear error now, not a failed verdict later
+    return await Episode(Path(task), policy, pool, cfg, backend, reward, episode_id).run()
 
 
 async def run_episodes(tasks: Iterable[str | Path], policy: Any, pool: PoolClient, cfg: AgentConfig,
-                       backend: str, writer: Optional[TrajectoryWriter] = None,
+                       backend: str, *, reward: str, writer: Optional[TrajectoryWriter] = None,
                        concurrency: int = 4, episode_ids: Optional[list[str]] = None) -> list[Trajectory]:
     """Episodes in parallel (generation of one overlaps the sandbox work of others); each row is
     appended to ``writer`` as soon as its episode ends. ``episode_ids`` (one per task) default to
-    the task's position and name."""
+    the task's position and name. A chat template the token bookkeeping cannot use is one
+    TemplateDrift here, before any episode starts."""
+    if policy.tokenizer is not None:
+        ChatRenderer(policy.tokenizer, tool_schemas(list(cfg.tools)))
+    reward_fn(reward)
     tasks = list(tasks)
     ids = episode_ids or [f"{i:05d}-{Path(t).stem}" for i, t in enumerate(tasks)]
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(i: int, task: str | Path) -> Trajectory:
         async with gate:
-            traj = await run_episode(task, policy, pool, cfg, backend, episode_id=ids[i])
+            traj = await run_episode(task, policy, pool, cfg, backend, reward=reward, episode_id=ids[i])
         if writer is not None:
             writer.append(traj)
         return traj

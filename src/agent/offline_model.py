@@ -2,7 +2,7 @@
 pretrained weights can be reached (the GPU hosts have no network and no model files).
 
     tokenizer = build_chat_tokenizer(chat_corpus(pairs, cfg, "cuda"), vocab_size=4096)
-    demos = [await expert_episode(task, solution, tokenizer, pool, cfg, "cuda") for ...]
+    demos = [await expert_episode(task, solution, tokenizer, pool, cfg, "cuda", reward="graduated") for ...]
     model = LlamaForCausalLM(small_model_config(tokenizer, "small"))
     examples = [(d.ledger.token_ids, d.ledger.loss_mask) for d in demos]
     behaviour_clone(model, examples, tokenizer.pad_token_id, steps=500, lr=5e-3, target_loss=0.005)
@@ -17,12 +17,13 @@ builds, verification, timing) at realistic token counts.
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Optional, Sequence
 
-from sandbox.pool import PoolClient
+from sandbox.pool import EvalRequest, PoolClient
 from sandbox.solution import read_solution
 
 from .episode import AgentConfig, run_episode, system_prompt, task_prompt
@@ -74,8 +75,10 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt -%}{{- '<|im_start|>assistant\\n' -}}{%- endif -%}"
 )
 
-# name: (hidden, layers, heads, intermediate). tiny: CPU tests; small: one GPU in minutes.
-MODEL_SIZES = {"tiny": (64, 2, 4, 192), "small": (256, 4, 8, 768), "base": (512, 8, 8, 1536)}
+# name: (hidden, layers, heads, intermediate). tiny: CPU tests; actor: the embedded default actor
+# (data/models/tiny_actor, a few MB); small: one GPU in minutes.
+MODEL_SIZES = {"tiny": (64, 2, 4, 192), "actor": (128, 4, 4, 384), "small": (256, 4, 8, 768),
+               "base": (512, 8, 8, 1536)}
 
 
 # ---------------------------------------------------------------------- tokenizer
@@ -128,12 +131,42 @@ def expert_replies(solution: Path) -> list[str]:
 
 
 async def expert_episode(task: Path, solution: Path, tokenizer: Any, pool: PoolClient, cfg: AgentConfig,
-                         backend: str, episode_id: str = "") -> Trajectory:
+                         backend: str, *, reward: str, episode_id: str = "") -> Trajectory:
     """A real episode (real workspace, tools and sandbox) driven by the scripted expert: its
     ``messages`` are the demonstration conversation with real observations, and its token
     ledger (ids + loss mask, built with ``tokenizer``'s template) is the training example."""
     policy = ScriptedPolicy(expert_replies(solution), tokenizer=tokenizer, name="expert")
-    return await run_episode(task, policy, pool, cfg, backend, episode_id=episode_id)
+    return await run_episode(task, policy, pool, cfg, backend, reward=reward, episode_id=episode_id)
+
+
+async def demonstrations(pairs: Sequence[tuple[Path, Path]], tokenizer: Any, pool: PoolClient, cfg: AgentConfig,
+                         backend: str, *, reward: str, rounds: int = 1,
+                         on_episode: Optional[Callable[[], None]] = None) -> list[tuple[int, Trajectory]]:
+    """(index into ``pairs``, expert trajectory), ``rounds`` per (task, solution) pair: pairs at
+    once, rounds one after another (repeated rounds show the same steps under other observed
+    numbers, i.e. timings). Every solution is built once first (build only, no device lane), so
+    the demonstrations see the compile observation later episodes will see for the same files
+    ("cached build"): a model shown only fresh-build timings stumbles on it."""
+    await asyncio.gather(*(pool.evaluate(EvalRequest(f"prebuild-{i}", Path(task), Path(solution), "build"))
+                           for i, (task, solution) in enumerate(pairs)))
+
+    async def one(i: int, round_: int) -> tuple[int, Trajectory]:
+        task, solution = pairs[i]
+        traj = await expert_episode(Path(task), Path(solution), tokenizer, pool, cfg, backend, reward=reward,
+                                    episode_id=f"expert{round_}-{i}-{Path(task).stem}")
+        if on_episode is not None:
+            on_episode()
+        return i, traj
+
+    demos: list[tuple[int, Trajectory]] = []
+    for round_ in range(rounds):
+        demos += await asyncio.gather(*(one(i, round_) for i in range(len(pairs))))
+    return demos
+
+
+def demonstrated_correctly(traj: Trajectory) -> bool:
+    """A demonstration worth cloning: it finished and its final verdict is correct."""
+    return traj.stop_reason == "finish" and bool((traj.final_measurement or {}).get("correct"))
 
 
 # ---------------------------------------------------------------------- model and training

@@ -1,8 +1,9 @@
 """Policies behind one interface: given the message history (and, for token-level policies, the
 exact prompt token ids), produce the next assistant reply.
 
-- ``HFPolicy``: a Hugging Face causal LM (hub id or local path, optional peft LoRA adapter),
-  generating from the recorded token ids with the KV cache; reports per-token log-probs.
+- ``HFPolicy``: a Hugging Face causal LM (hub id or local path, or the module being trained;
+  optional peft LoRA adapter), generating from the recorded token ids with our own sampling loop
+  (sampling.py); reports the log-prob of each sampled token and the weights' version.
 - ``APIPolicy``: any OpenAI-compatible endpoint through ``src.llm`` (frontier models in the same
   loop); text only, so its trajectories carry no token ids.
 - ``ScriptedPolicy``: replays given replies (tests, demonstrations); with a tokenizer it is
@@ -10,15 +11,18 @@ exact prompt token ids), produce the next assistant reply.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Any, Optional, Protocol, Sequence
 
 from src.llm import LLMError, build_chat_model
 
+from .sampling import SamplingParams, generate_replies, seeded_generator
 from .toolcall import as_tool_call, format_tool_call
 
 
@@ -38,6 +42,8 @@ class Generation:
     finish_reason: str = "stop"
     # Tokens of prompt + reply as the backend counted them (text-level policies), for context limits.
     context_tokens: Optional[int] = None
+    # The weights' version that generated it (HFPolicy.version); None for scripted and API policies.
+    policy_version: Optional[int] = None
 
 
 class Policy(Protocol):
@@ -52,10 +58,11 @@ class Policy(Protocol):
 
 
 def end_of_turn_ids(tokenizer: Any, model: Any = None) -> list[int]:
-    """Ids that end an assistant turn: the generation config's eos ids and the tokenizer's eos."""
+    """Ids that end an assistant turn: the tokenizer's eos and the model config's eos ids (the
+    architecture config; the generation config is never read, see sampling.py)."""
     ids: list[int] = []
-    config_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-    for value in (config_eos, getattr(tokenizer, "eos_token_id", None)):
+    config_eos = getattr(getattr(model, "config", None), "eos_token_id", None)
+    for value in (getattr(tokenizer, "eos_token_id", None), config_eos):
         for i in (value if isinstance(value, (list, tuple)) else [value]):
             if i is not None and int(i) not in ids:
                 ids.append(int(i))
@@ -106,115 +113,179 @@ class _Pending:
     error: Optional[BaseException] = None
 
 
+# Put on the request queue by close() (or when the policy is garbage-collected): the batcher ends.
+_STOP = object()
+
+
 class HFPolicy:
-    """A local causal LM; generation continues exactly from ``prompt_ids`` (no re-tokenising).
+    """A local causal LM; generation continues exactly from ``prompt_ids`` (no re-tokenising),
+    with our own sampling loop (sampling.py: the checkpoint's generation_config is never read).
+
+    As the trainer's rollout engine it uses the ``model`` object it is given (no copy), leaves it
+    on its device unless ``device`` is given, and puts it in eval mode under no_grad only for the
+    length of each generate call (every submodule's train/eval mode is restored afterwards).
+    ``version`` tags every Generation; ``set_version`` follows in-place updates of a shared
+    module, ``load_weights`` copies new weights into a policy that holds its own model.
 
     With ``max_batch`` > 1, concurrent episodes' calls are gathered (for up to ``batch_wait_ms``
-    after the first) and generated as one left-padded batch with a KV cache: one forward per
-    token for the whole batch instead of one per episode."""
+    after the first) by a batcher thread and generated as one left-padded batch with a KV cache.
+    ``close()`` (or leaving a ``with`` block) stops that thread; it holds the policy only weakly,
+    so a policy dropped without close is collected and its thread ends too."""
 
     reports_logprobs = True
 
     def __init__(self, model_name_or_path: str = "", model: Any = None, tokenizer: Any = None,
-                 device: str = "cpu", dtype: str = "auto", lora_path: str = "", temperature: float = 1.0,
-                 top_p: float = 1.0, seed: Optional[int] = None, max_batch: int = 1, batch_wait_ms: float = 5.0):
+                 device: Optional[str] = None, dtype: str = "auto", lora_path: str = "", temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None, max_batch: int = 1,
+                 batch_wait_ms: float = 5.0, version: int = 0, name: str = "", generation_gate: Any = None):
         if model is None or tokenizer is None:
             from src.llm.hf_local import load_pretrained
 
             model, tokenizer = load_pretrained(model_name_or_path, dtype)
+            device = device or "cpu"
         if lora_path:
             model = load_lora(model, lora_path)
-        self.model = model.to(device).eval()
-        self.tokenizer, self.device = tokenizer, device
-        self.name = model_name_or_path or type(model).__name__
-        self.temperature, self.top_p = temperature, top_p
+        if device is not None:
+            model.to(device)  # in place: the same module object
+        self.model, self.tokenizer = model, tokenizer
+        self.name = name or model_name_or_path or type(model).__name__
+        # Held around each generation (a context-manager factory): training on a GPU the sandbox
+        # also times on keeps timing and generation apart (src/data/rollout.py device_gate).
+        self.generation_gate = generation_gate or contextlib.nullcontext
+        self.params = SamplingParams(float(temperature), float(top_p), int(top_k))
         self.stop_ids = end_of_turn_ids(tokenizer, model)
-        self._lock = threading.Lock()  # one generate at a time on a shared model
+        self.version = int(version)
+        self._generator = seeded_generator(self.device, seed)
+        self._generating = threading.Lock()  # one generation at a time; weights change between them
+        self._lock = threading.Lock()  # guards the batcher's start and close
         self.max_batch, self.batch_wait_s = max(1, int(max_batch)), batch_wait_ms / 1e3
-        self._pending: "queue.Queue[_Pending]" = queue.Queue()
+        self._requests: "queue.Queue[Any]" = queue.Queue()
         self._batcher: Optional[threading.Thread] = None
+        self.closed = False
         # Sizes of the batches generated so far (how much batching the episodes' timing allowed).
         self.batch_sizes: list[int] = []
-        if seed is not None:
-            import torch
 
-            torch.manual_seed(seed)
+    @property
+    def device(self) -> Any:
+        return self.model.get_input_embeddings().weight.device
+
+    @property
+    def sampling(self) -> dict[str, float]:
+        """What each trajectory row records as its sampling distribution."""
+        return self.params.to_dict()
+
+    def set_version(self, version: int) -> None:
+        """The shared module was updated in place: later generations carry ``version``."""
+        with self._generating:
+            self.version = int(version)
+
+    def load_weights(self, state_dict: dict[str, Any], version: int) -> None:
+        """Copy new weights into this policy's own model (e.g. a rollout copy on another GPU),
+        between generations, and tag later generations with ``version``."""
+        with self._generating:
+            self.model.load_state_dict(state_dict)
+            self.version = int(version)
+
+    def close(self) -> None:
+        """Stop the batcher thread (requests already queued are served first); later calls fail."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            batcher = self._batcher
+            if batcher is not None:
+                self._requests.put(_STOP)
+        if batcher is not None and batcher is not threading.current_thread():
+            batcher.join()
+
+    def __enter__(self) -> "HFPolicy":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
     def generate(self, messages: list[dict], prompt_ids: Optional[list[int]], max_new_tokens: int) -> Generation:
         if not prompt_ids:
             raise PolicyError("HFPolicy needs the prompt token ids")
         if self.max_batch == 1:
-            with self._lock:
-                return self.generate_batch([(list(prompt_ids), max_new_tokens)])[0]
+            if self.closed:
+                raise PolicyError("the policy is closed")
+            return self.generate_batch([(list(prompt_ids), max_new_tokens)])[0]
         request = _Pending(list(prompt_ids), max_new_tokens)
-        with self._lock:
+        with self._lock:  # a request is queued before close's stop, or refused
+            if self.closed:
+                raise PolicyError("the policy is closed")
             if self._batcher is None:
-                self._batcher = threading.Thread(target=self._serve_batches, name="hf-batcher", daemon=True)
+                self._batcher = threading.Thread(target=_serve_batches, name="hf-batcher", daemon=True, args=(
+                    self._requests, weakref.ref(self), self.max_batch, self.batch_wait_s))
                 self._batcher.start()
-        self._pending.put(request)
+                weakref.finalize(self, self._requests.put, _STOP)
+            self._requests.put(request)
         request.done.wait()
         if request.error is not None:
             raise request.error
         return request.result
 
-    def _serve_batches(self) -> None:
-        """Gather calls into batches of up to ``max_batch`` and generate them, forever."""
-        while True:
-            batch = [self._pending.get()]
-            deadline = time.monotonic() + self.batch_wait_s
-            while len(batch) < self.max_batch:
-                try:
-                    batch.append(self._pending.get(timeout=max(0.0, deadline - time.monotonic())))
-                except queue.Empty:
-                    break
-            try:
-                for request, result in zip(batch, self.generate_batch([(r.prompt_ids, r.max_new_tokens)
-                                                                       for r in batch])):
-                    request.result = result
-            except BaseException as exc:  # every waiting episode hears about it
-                for request in batch:
-                    request.error = exc
-            finally:
-                for request in batch:
-                    request.done.set()
-
     def generate_batch(self, prompts: list[tuple[list[int], int]]) -> list[Generation]:
-        """One generate over left-padded prompts; each reply is cut at its own stop or length."""
-        import torch
-
-        width, pad = max(len(ids) for ids, _ in prompts), self._pad_id()
-        inputs = torch.full((len(prompts), width), pad, dtype=torch.long)
-        mask = torch.zeros((len(prompts), width), dtype=torch.long)
-        for row, (ids, _) in enumerate(prompts):
-            inputs[row, width - len(ids):] = torch.tensor(ids)
-            mask[row, width - len(ids):] = 1
-        sample = self.temperature > 0
-        params = dict(do_sample=sample, max_new_tokens=max(n for _, n in prompts), eos_token_id=self.stop_ids,
-                      pad_token_id=pad, return_dict_in_generate=True, output_logits=True, use_cache=True)
-        if sample:
-            params.update(temperature=self.temperature, top_p=self.top_p, top_k=0)
-        with torch.no_grad():
-            out = self.model.generate(inputs.to(self.device), attention_mask=mask.to(self.device), **params)
-        self.batch_sizes.append(len(prompts))
-        replies = []
-        for row, (_, max_new) in enumerate(prompts):
-            new_ids = out.sequences[row, width:].tolist()[:max_new]
-            ids, text, finish = split_reply(self.tokenizer, new_ids, self.stop_ids)
-            replies.append(Generation(text, ids, self._logprobs(out.logits, ids, row), finish))
-        return replies
-
-    def _logprobs(self, logits: Sequence[Any], ids: list[int], row: int = 0) -> list[float]:
-        """log p(token) under the sampling distribution before top-p: softmax(logits / T)."""
-        import torch
-
-        steps = torch.stack([step[row] for step in logits[:len(ids)]]).float()
-        scale = self.temperature if self.temperature > 0 else 1.0
-        logp = torch.log_softmax(steps / scale, dim=-1)
-        return logp.gather(1, torch.tensor(ids, device=logp.device)[:, None])[:, 0].tolist()
+        """One left-padded batch; each reply is cut at its own stop or budget."""
+        with self._generating, self.generation_gate():
+            version = self.version
+            modes = [(module, module.training) for module in self.model.modules()]
+            self.model.eval()
+            try:
+                replies = generate_replies(self.model, [ids for ids, _ in prompts], [n for _, n in prompts],
+                                           self.stop_ids, self._pad_id(), self.params, self._generator)
+            finally:
+                for module, training in modes:
+                    module.training = training
+            self.batch_sizes.append(len(prompts))
+        out = []
+        for reply in replies:
+            stopped = reply.finish_reason == "stop"
+            text = self.tokenizer.decode(reply.token_ids[:-1] if stopped else reply.token_ids,
+                                         skip_special_tokens=False)
+            out.append(Generation(text, reply.token_ids, reply.logprobs, reply.finish_reason, policy_version=version))
+        return out
 
     def _pad_id(self) -> int:
         tok = self.tokenizer
         return tok.pad_token_id if tok.pad_token_id is not None else self.stop_ids[0]
+
+
+def _serve_batches(requests: "queue.Queue[Any]", policy_ref: "weakref.ref[HFPolicy]", max_batch: int,
+                   wait_s: float) -> None:
+    """The batcher thread: gather up to ``max_batch`` requests (waiting ``wait_s`` after the
+    first), generate them, until the stop sentinel. The policy is held only while generating."""
+    while True:
+        first = requests.get()
+        if first is _STOP:
+            return
+        batch, stop = [first], False
+        deadline = time.monotonic() + wait_s
+        while len(batch) < max_batch:
+            try:
+                item = requests.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                break
+            if item is _STOP:
+                stop = True
+                break
+            batch.append(item)
+        policy = policy_ref()
+        try:
+            if policy is None:
+                raise PolicyError("the policy was closed")
+            for request, result in zip(batch, policy.generate_batch([(r.prompt_ids, r.max_new_tokens) for r in batch])):
+                request.result = result
+        except BaseException as exc:  # every waiting episode hears about it
+            for request in batch:
+                request.error = exc
+        finally:
+            policy = None
+            for request in batch:
+                request.done.set()
+        if stop:
+            return
 
 
 def load_lora(model: Any, lora_path: str) -> Any:
@@ -275,12 +346,12 @@ def native_calls_as_text(raw: dict[str, Any]) -> str:
 
 
 def build_policy(cfg: dict[str, Any]) -> Any:
-    """From a config mapping: ``kind`` is hf or api (scripted policies are built in code)."""
+    """From a config mapping (conf/policy/*.yaml): ``name`` is hf or api (scripted policies are
+    built in code)."""
     cfg = dict(cfg)
-    kind = cfg.pop("kind", None)
-    cfg.pop("name", None)
-    if kind == "hf":
+    name = cfg.pop("name", None)
+    if name == "hf":
         return HFPolicy(**cfg)
-    if kind == "api":
+    if name == "api":
         return APIPolicy(**cfg)
-    raise ValueError(f"policy kind must be 'hf' or 'api', got {kind!r}")
+    raise ValueError(f"policy name must be 'hf' or 'api', got {name!r}")

@@ -81,6 +81,8 @@ class ToolResult:
     ok: bool = True
     finished: bool = False
     measurement: Optional[Measurement] = None
+    # The judge's verdict behind a compile/verify/profile observation.
+    verdict: Optional["Verdict"] = None
 
 
 @dataclass
@@ -101,7 +103,8 @@ class SandboxJudge:
     pool: PoolClient
     task: Path
     snapshots: Path
-    reward_name: str = "graduated"
+    # The reward function's name (sandbox.reward.REWARDS), given by the episode's caller.
+    reward_name: str
     verdicts: dict[str, Verdict] = field(default_factory=dict)
     # Sandbox evaluations actually run (cache hits excluded) and their wall time.
     evaluations: int = 0
@@ -156,7 +159,8 @@ class Toolbox:
             return ToolResult("finished: the workspace as it is now will be judged", finished=True)
         if name in SANDBOX_TOOLS:
             verdict = await self.judge.judge(self.workspace, SANDBOX_TOOLS[name])
-            return ToolResult(render_verdict(name, verdict.measurement), measurement=verdict.measurement)
+            return ToolResult(render_verdict(name, verdict.measurement), measurement=verdict.measurement,
+                              verdict=verdict)
         try:
             return ToolResult(self._file_tools[name](**arguments))
         except TypeError as exc:

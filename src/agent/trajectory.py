@@ -1,19 +1,24 @@
 """The trajectory record: one append-only JSONL row per episode, and the token bookkeeping that
-keeps its ids identical to what the policy's chat template renders for the message history.
+keeps its ids exactly the ones the policy sampled (token-in / token-out).
 
 Token layout of one row (T = len(token_ids)):
-    token_ids  [T] int    prompt, then per turn: generated tokens, then the tool output rendered
-                          by the chat template (role headers included), then the template's tail
-    loss_mask  [T] 0/1    1 exactly on tokens the policy generated
-    logprobs   [T] float  the rollout policy's log-prob of each generated token; 0.0 where mask 0
-                          (and everywhere when ``has_logprobs`` is false: scripted or API policies)
-    turns[i].gen_span = [start, end) of turn i's generated tokens; obs_span the tool output after it
+    token_ids  [T] int    the prompt (system + task, rendered with the generation prompt), then per
+                          turn: the sampled ids as they are, then the continuation rendered by the
+                          chat template (the turn's closing, the tool messages, the next generation
+                          prompt); after the last reply only its closing
+    loss_mask  [T] 0/1    1 exactly on the sampled ids (a stop id the policy sampled included)
+    logprobs   [T] float  the rollout policy's log-prob of each sampled id (sampling.py: under the
+                          distribution it was drawn from); 0.0 where mask 0 (and everywhere when
+                          ``has_logprobs`` is false: scripted or API policies)
+    turns[i].gen_span = [start, end) of turn i's sampled ids; obs_span the continuation after them
 
-Why a prefix check instead of re-tokenising: training must see the tokens that were sampled (their
-log-probs belong to them). After each turn the template renders the whole history; the ids so far
-must be a prefix of it, and only the new tail (tool output) is appended. If the template would
-render the generated text differently (non-canonical tokenisation, stripped reasoning), the
-episode stops with ``template_drift`` instead of letting mismatched ids reach training.
+Why no re-rendering of the history: a re-render gives back the sampled ids only when the sampled
+text tokenises canonically and the template renders past replies verbatim; a model may sample a
+non-canonical split, and templates such as Qwen3's drop earlier turns' reasoning. Instead every
+continuation is the template's rendering of the new messages alone, taken as a difference of two
+renderings of a fixed stub history (ChatRenderer.continuation); the tokens after a reply never
+depend on what the reply said. ``template_drift`` is left for templates that defeat the stub (the
+difference cannot be isolated): the check runs at episode start, before any tokens are spent.
 """
 from __future__ import annotations
 
@@ -24,8 +29,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 
-class TemplateDrift(RuntimeError):
-    """The chat template renders the history differently from the tokens already recorded."""
+class TemplateDrift(ValueError):
+    """The chat template cannot render a continuation on its own (see ChatRenderer)."""
 
 
 def render_ids(tokenizer: Any, messages: list[dict], tools: Optional[list[dict]],
@@ -65,31 +70,67 @@ class TokenLedger:
 
 
 class ChatRenderer:
-    """Renders message histories with one tokenizer and tool list, appending only new tails."""
+    """Renders the prompt, and the continuation after each reply, with one tokenizer and tool list.
+
+    The continuation after a reply, followed by messages ``following``, is what the template puts
+    after the reply's content: its closing (e.g. ``<|im_end|>`` and a newline), then ``following``
+    and the generation prompt. It is found by rendering a stub history (system, user, an
+    assistant reply of one marker character) + ``following`` twice, with two different markers:
+    the ids both renderings share at the end are the continuation. Checked on the way: the ids
+    between the shared head and the shared tail are exactly each marker's own ids (the template
+    keeps the reply's tokens apart from what follows); else TemplateDrift. The constructor runs
+    the check once, so a template that cannot work fails at episode start."""
+
+    STUB = ({"role": "system", "content": "s"}, {"role": "user", "content": "u"})
+    MARKERS = ("x", "y")
 
     def __init__(self, tokenizer: Any, tools: Optional[list[dict]]):
         self.tokenizer, self.tools = tokenizer, tools
+        self.marker_ids = [list(tokenizer.encode(m, add_special_tokens=False)) for m in self.MARKERS]
+        self.closing = self.after_reply([])
+        self.after_reply([{"role": "tool", "content": "t"}])  # the shape every turn will use
+        if not self.closing:
+            raise TemplateDrift("the chat template puts nothing after an assistant reply: turns cannot be told apart")
 
     def render(self, messages: list[dict], add_generation_prompt: bool) -> list[int]:
         return render_ids(self.tokenizer, messages, self.tools, add_generation_prompt)
 
-    def tail(self, ledger: TokenLedger, messages: list[dict], add_generation_prompt: bool) -> list[int]:
-        """Ids the template adds after the recorded ones; TemplateDrift if they are not a prefix."""
-        full = self.render(messages, add_generation_prompt)
-        n = len(ledger.token_ids)
-        if full[:n] != ledger.token_ids:
-            first = next((i for i, (a, b) in enumerate(zip(full, ledger.token_ids)) if a != b), min(n, len(full)))
-            raise TemplateDrift(f"chat template renders the history differently from the recorded tokens "
-                                f"(first difference at token {first} of {n})")
-        return full[n:]
+    def after_reply(self, following: list[dict]) -> list[int]:
+        """Ids after an assistant reply's content when ``following`` comes next (with the
+        generation prompt when it is not empty)."""
+        a, b = (self.render([*self.STUB, {"role": "assistant", "content": m}, *following], bool(following))
+                for m in self.MARKERS)
+        head = next((i for i, (p, q) in enumerate(zip(a, b)) if p != q), min(len(a), len(b)))
+        tail = next((i for i, (p, q) in enumerate(zip(reversed(a), reversed(b))) if p != q), 0)
+        tail = min(tail, len(a) - head, len(b) - head)
+        if a[head:len(a) - tail] != self.marker_ids[0] or b[head:len(b) - tail] != self.marker_ids[1]:
+            raise TemplateDrift("the chat template does not keep an assistant reply's tokens apart from what "
+                                "follows it (a one-character reply is not rendered as its own ids): continuations "
+                                "cannot be rendered on their own")
+        return a[len(a) - tail:]
+
+    def continuation(self, reply_ids: list[int], stopped: bool, following: list[dict]) -> list[int]:
+        """What to append after a reply: ``after_reply(following)``, without its first id when
+        the reply already ended with it (the end-of-turn id the policy sampled)."""
+        ids = self.after_reply(following) if following else list(self.closing)
+        if stopped and reply_ids and ids and reply_ids[-1] == ids[0]:
+            return ids[1:]
+        return ids
 
 
 @dataclass
 class ToolRecord:
+    """One tool call. ``content_key``: the hash of the workspace's solution files after the call
+    (for compile/verify/profile: the content judged). ``verdict`` (sandbox tools only): the
+    judge's answer in brief: {"status": error kind or "ok", "stopped_after": the deepest stage
+    judged, "reward": under the episode's reward, "cached": answered from an earlier verdict}."""
+
     name: str
     arguments: dict[str, Any]
     result: str
     ok: bool
+    content_key: str = ""
+    verdict: Optional[dict[str, Any]] = None
 
 
 @dataclass
@@ -105,6 +146,8 @@ class TurnRecord:
     parse_errors: list[str] = field(default_factory=list)
     generate_s: float = 0.0
     tools_s: float = 0.0
+    # The policy's weights version that generated this reply (None: the policy has none).
+    policy_version: Optional[int] = None
 
 
 @dataclass
@@ -118,6 +161,10 @@ class Trajectory:
     messages: list[dict] = field(default_factory=list)
     ledger: TokenLedger = field(default_factory=TokenLedger)
     has_logprobs: bool = False
+    # The sampling distribution of the log-probs ({temperature, top_p, top_k}; None: not known).
+    sampling: Optional[dict[str, float]] = None
+    # [first, last] weights version over the turns (per turn: turns[i].policy_version); None: none.
+    policy_version: Optional[list[int]] = None
     turns: list[TurnRecord] = field(default_factory=list)
     stop_reason: str = ""
     stop_detail: str = ""
@@ -129,6 +176,8 @@ class Trajectory:
     best_reward: Optional[float] = None
     reward: Optional[float] = None
     reward_source: str = "final"
+    # The reward function the verdicts were scored with (conf/reward: graduated, binary, ...).
+    reward_name: str = ""
     best_solution: Optional[dict[str, str]] = None
     timings: dict[str, float] = field(default_factory=dict)
 
@@ -142,14 +191,16 @@ class Trajectory:
 
 
 class TrajectoryWriter:
-    """Appends one JSON line per episode and flushes it, so a crash loses no finished episode."""
+    """Appends one JSON line per episode and flushes it, so a crash loses no finished episode.
+    ``extra`` fields are added to every row (training adds its step)."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, extra: Optional[dict[str, Any]] = None):
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.extra = dict(extra or {})
 
     def append(self, trajectory: Trajectory) -> None:
-        line = json.dumps(trajectory.to_row(), ensure_ascii=False)
+        line = json.dumps({**trajectory.to_row(), **self.extra}, ensure_ascii=False)
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()

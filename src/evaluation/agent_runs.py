@@ -41,9 +41,10 @@ def finished_episodes(path: Path) -> dict[str, dict]:
 
 
 def run_agent(problems: list[Problem], policy_cfg: Mapping[str, Any], agent_cfg: Mapping[str, Any],
-              sandbox: SandboxConfig, out_dir: Path, workers: Optional[int], episodes_in_flight: int
-              ) -> dict[tuple[int, int], Optional[Path]]:
-    """Problem key -> solution directory written from its episode (None: no solution)."""
+              sandbox: SandboxConfig, out_dir: Path, workers: Optional[int], episodes_in_flight: int,
+              reward: str) -> dict[tuple[int, int], Optional[Path]]:
+    """Problem key -> solution directory written from its episode (None: no solution). ``reward``
+    is the ``reward`` group's name: it scores the episodes' verdicts (and picks their best)."""
     from src.agent import AgentConfig, TrajectoryWriter, build_policy, run_episodes
 
     trajectories = out_dir / TRAJECTORIES_FILE
@@ -52,10 +53,13 @@ def run_agent(problems: list[Problem], policy_cfg: Mapping[str, Any], agent_cfg:
     if todo:
         policy = build_policy(dict(policy_cfg))
         config = AgentConfig.from_dict(dict(agent_cfg))
-        with make_pool(sandbox, workers) as pool:
-            asyncio.run(run_episodes([p.path for p in todo], policy, pool, config, sandbox.backend,
-                                     writer=TrajectoryWriter(trajectories), concurrency=episodes_in_flight,
-                                     episode_ids=[episode_id(p) for p in todo]))
+        try:
+            with make_pool(sandbox, workers) as pool:
+                asyncio.run(run_episodes([p.path for p in todo], policy, pool, config, sandbox.backend,
+                                         reward=reward, writer=TrajectoryWriter(trajectories),
+                                         concurrency=episodes_in_flight, episode_ids=[episode_id(p) for p in todo]))
+        finally:
+            getattr(policy, "close", lambda: None)()
         done = finished_episodes(trajectories)
     write_transcripts(done.values(), out_dir / "transcripts")
     return {p.key: write_solution(done.get(episode_id(p)), p, out_dir / "agent_solutions") for p in problems}

@@ -1,5 +1,6 @@
-"""Agent test support: a small real tokenizer with a Qwen-style chat template, and one sandbox
-pool (cpu backend, cheap timing, the session's cache) shared by every agent test."""
+"""Agent test support: a small real tokenizer with a Qwen-style chat template, a tiny real Llama
+with an ids-only tokenizer for generation tests, and one sandbox pool (cpu backend, cheap timing,
+the session's cache) shared by every agent test."""
 from __future__ import annotations
 
 import re
@@ -38,9 +39,9 @@ class AsciiChatTokenizer:
     vocab_size = 128 + len(SPECIALS)
     pad_token_id = None
 
-    def __init__(self):
-        self.chat_template = CHAT_TEMPLATE
-        self._template = jinja2.Environment().from_string(CHAT_TEMPLATE)
+    def __init__(self, chat_template: str = CHAT_TEMPLATE):
+        self.chat_template = chat_template
+        self._template = jinja2.Environment().from_string(chat_template)
         self.eos_token_id = 128 + SPECIALS.index("<|im_end|>")
 
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
@@ -71,6 +72,42 @@ class AsciiChatTokenizer:
 @pytest.fixture
 def chat_tokenizer() -> AsciiChatTokenizer:
     return AsciiChatTokenizer()
+
+
+@pytest.fixture
+def ascii_tokenizer_with():
+    """AsciiChatTokenizer with another chat template: ``ascii_tokenizer_with(template)``."""
+    return AsciiChatTokenizer
+
+
+class IdsTokenizer:
+    """Ids in, digits out: enough tokenizer for generate-level tests (no chat template)."""
+
+    eos_token_id, pad_token_id = 2, 0
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(str(i) for i in ids)
+
+
+@pytest.fixture
+def ids_tokenizer() -> IdsTokenizer:
+    return IdsTokenizer()
+
+
+@pytest.fixture
+def tiny_llama():
+    """A factory of tiny random Llamas in float64 (exact comparisons), eos 2, pad 0."""
+    def make(vocab: int = 64, seed: int = 0, **config):
+        import torch
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        torch.manual_seed(seed)
+        sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, max_position_embeddings=256)
+        cfg = LlamaConfig(vocab_size=vocab, bos_token_id=1, eos_token_id=2, pad_token_id=0, **{**sizes, **config})
+        return LlamaForCausalLM(cfg).double().eval()
+
+    return make
 
 
 @pytest.fixture(scope="session")

@@ -40,7 +40,7 @@ def test_api_policy_runs_an_episode_over_http(server, small_task, agent_pool):
     srv = server((200, helpers.completion(write)), (200, native_finish()))
     policy = APIPolicy(base_url=srv.url, model="test-model", api_key_env="", sampling={"temperature": 0.2})
     traj = asyncio.run(run_episode(small_task, policy, agent_pool,
-                                   AgentConfig(max_new_tokens_per_turn=256), backend="cpu"))
+                                   AgentConfig(max_new_tokens_per_turn=256), backend="cpu", reward="graduated"))
     assert traj.stop_reason == "finish" and traj.policy == "test-model"
     assert traj.turns[0].tool_calls[0].result == "wrote kernels/k.cpp (1 lines)"
     assert traj.turns[1].tool_calls[0].name == "finish"  # the server's native call, parsed from its text form
@@ -57,6 +57,6 @@ def test_api_policy_runs_an_episode_over_http(server, small_task, agent_pool):
 
 def test_unreachable_api_ends_the_episode_with_policy_error(small_task, agent_pool):
     policy = APIPolicy(base_url="http://127.0.0.1:9/v1", model="m", api_key_env="", max_retries=0, timeout_s=2)
-    traj = asyncio.run(run_episode(small_task, policy, agent_pool, AgentConfig(), backend="cpu"))
+    traj = asyncio.run(run_episode(small_task, policy, agent_pool, AgentConfig(), backend="cpu", reward="graduated"))
     assert traj.stop_reason == "policy_error" and "cannot reach" in traj.stop_detail
     assert traj.turns == [] and traj.reward == -1.0

@@ -4,17 +4,15 @@ Scripted policies drive real episodes (real workspace, real pool); none of them 
 model_new.py, so each final verdict is a quick invalid_solution."""
 import asyncio
 
-import pytest
-
 from src.agent import AgentConfig, ScriptedPolicy, run_episode
-from src.agent.trajectory import ChatRenderer, TemplateDrift, TokenLedger, render_ids
+from src.agent.trajectory import render_ids
 
 LIST = '<tool_call>{"name": "list_files", "arguments": {}}</tool_call>'
 FINISH = '<tool_call>{"name": "finish", "arguments": {}}</tool_call>'
 
 
 def episode(task, policy, pool, **cfg):
-    return asyncio.run(run_episode(task, policy, pool, AgentConfig(**cfg), backend="cpu"))
+    return asyncio.run(run_episode(task, policy, pool, AgentConfig(**cfg), backend="cpu", reward="graduated"))
 
 
 def assert_ids_equal_template(traj, tokenizer, tool_names=AgentConfig().tools):
@@ -61,6 +59,9 @@ def test_new_tokens_per_turn_cut_a_reply(small_task, agent_pool, chat_tokenizer)
                    max_new_tokens_per_turn=20)
     first = traj.turns[0]
     assert first.finish_reason == "length" and first.gen_span[1] - first.gen_span[0] == 20
+    # The cut reply is closed by the template's end-of-turn, which the policy did not sample: mask 0.
+    end = first.gen_span[1]
+    assert traj.ledger.token_ids[end] == chat_tokenizer.eos_token_id and traj.ledger.loss_mask[end] == 0
     assert first.parse_errors == ["a <tool_call> was not closed with </tool_call> "
                                   "(your reply hit the per-turn token limit)"]
     assert_ids_equal_template(traj, chat_tokenizer)
@@ -88,21 +89,6 @@ def test_observations_are_truncated(small_task, agent_pool):
     traj = episode(small_task, ScriptedPolicy([read, FINISH]), agent_pool, max_observation_chars=300)
     observation = traj.messages[3]["content"]
     assert len(observation) < 400 and "characters cut" in observation
-
-
-def test_template_drift_is_detected(chat_tokenizer):
-    messages = [{"role": "user", "content": "hi"}]
-    renderer = ChatRenderer(chat_tokenizer, None)
-    ledger = TokenLedger()
-    ledger.extend(renderer.render(messages, True), generated=False)
-    # The policy spelled the end-of-turn marker out of plain characters: the template would render
-    # the same text as the special token, so these ids can never be reproduced by rendering.
-    ids = chat_tokenizer.encode("ok") + [ord(c) for c in "<|im_end|>"]
-    ledger.extend(ids, generated=True)
-    history = messages + [{"role": "assistant", "content": chat_tokenizer.decode(ids)},
-                          {"role": "tool", "content": "x"}]
-    with pytest.raises(TemplateDrift, match="differently"):
-        renderer.tail(ledger, history, add_generation_prompt=True)
 
 
 def test_single_turn_mode_takes_one_reply(small_task, agent_pool, chat_tokenizer):

@@ -30,7 +30,7 @@ def test_scripted_agent_fixes_a_compile_error_and_passes(small_task, agent_pool,
         call("finish"),
     ]
     traj = asyncio.run(run_episode(small_task, ScriptedPolicy(replies, tokenizer=chat_tokenizer), agent_pool,
-                                   AgentConfig(), backend="cpu"))
+                                   AgentConfig(), backend="cpu", reward="graduated"))
     assert traj.stop_reason == "finish", traj.stop_detail
     results = {(t.index, c.name): c.result for t in traj.turns for c in t.tool_calls}
     assert "N = 4099" in results[(0, "read_file")]
@@ -39,6 +39,16 @@ def test_scripted_agent_fixes_a_compile_error_and_passes(small_task, agent_pool,
     assert "verify passed: 5/5 input sets match" in results[(2, "verify")]  # verify-only: no timing
     assert "runtime:" in results[(3, "profile")] and "eager PyTorch" in results[(3, "profile")]
     assert traj.invalid_tool_calls == 0
+    # Per call: the content it judged (or left) and the verdict in brief, as RFT's filters read them.
+    records = {(t.index, c.name): c for t in traj.turns for c in t.tool_calls}
+    compiled, verified, profiled = records[(1, "compile")], records[(2, "verify")], records[(3, "profile")]
+    assert compiled.verdict == {"status": "compile_error", "stopped_after": "build", "reward": -1.0, "cached": False}
+    assert verified.verdict["status"] == "ok" and verified.verdict["stopped_after"] == "verify"
+    assert profiled.verdict["stopped_after"] == "timing" and profiled.verdict["reward"] == traj.reward
+    assert not verified.verdict["cached"] and not profiled.verdict["cached"]
+    assert compiled.content_key == records[(1, "write_file")].content_key != verified.content_key
+    assert verified.content_key == profiled.content_key == records[(2, "edit_file")].content_key
+    assert records[(0, "read_file")].verdict is None
     # compile: a build-only evaluation (no reference, no GPU lane); verify: no timing; profile: the
     # full verdict, which the final outcome reuses (same content).
     assert traj.timings["sandbox_evaluations"] == 3

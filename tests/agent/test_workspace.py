@@ -20,7 +20,8 @@ def workspace(tmp_path):
 @pytest.fixture
 def toolbox(workspace, tmp_path):
     # File tools never reach the judge; the pool is not needed for them.
-    judge = SandboxJudge(pool=None, task=tmp_path / "task.py", snapshots=workspace.root / ".judged")
+    judge = SandboxJudge(pool=None, task=tmp_path / "task.py", snapshots=workspace.root / ".judged",
+                         reward_name="graduated")
     return Toolbox(workspace, judge, ["list_files", "read_file", "write_file", "edit_file", "finish"])
 
 

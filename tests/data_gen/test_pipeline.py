@@ -40,8 +40,14 @@ def test_pipeline_writes_dataset_and_report_then_resumes(tmp_path):
     assert report["filter"]["judged_now"] == 3 and report["filter"]["stage_s_median"]["eager"] > 0
     if report["filter"]["accepted"]:
         assert (out / "runtime_hist.png").stat().st_size > 1000
-    again = run_data_gen(out)
+    assert "decontamination SKIPPED" not in first.stderr
+    assert first.stdout.splitlines() == [f"accepted {report['filter']['accepted']} of 3 judged; {len(rows)} tasks "
+                                         f"in {out / 'tasks.parquet'}"]  # the log is on stderr and in data_gen.log
+    assert "wrote" in first.stderr and "wrote" in (out / "data_gen.log").read_text()
+    assert not (out / "__main__.log").exists()
+    again = run_data_gen(out)  # no benchmark_dir this time: the console says decontamination was skipped
     assert again.returncode == 0, again.stderr[-3000:]
+    assert "decontamination SKIPPED: no benchmark_dir given" in again.stderr
     resumed = json.loads((out / "report.json").read_text())["filter"]
     assert resumed["reused_from_earlier_run"] == 3 and resumed["judged_now"] == 0
     assert resumed["accepted_per_hour"] == 0.0  # nothing judged now: the reused verdicts do not count
@@ -78,3 +84,15 @@ def test_verdicts_survive_a_change_of_placement_but_not_of_judgement():
     assert filter_key(code, base) == filter_key(code, moved)
     assert filter_key(code, base) != filter_key(code, stricter)
     assert filter_key(code, base) != filter_key(code + "#\n", base)
+
+
+def test_help_is_the_entry_scripts_own():
+    proc = subprocess.run([sys.executable, "-m", "data_gen", "--help"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.startswith("Synthesize a CUDA-Agent-Ops-style training set")
+    assert "python -m data_gen num_candidates=64 filter.workers=2" in out
+    assert "  composer: llm, offline*\n" in out and "  profile: cpu*, gpu\n" in out
+    assert "  filter.workers=2\n      Candidates judged at once" in out
+    assert "powered by Hydra" not in out and "benchmark:" not in out

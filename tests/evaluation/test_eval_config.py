@@ -6,6 +6,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
+from sandbox.backend import visible_backend
 from sandbox.config import SandboxConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -29,8 +30,14 @@ def test_defaults_are_the_sample_benchmark_replayed_on_the_default_sandbox(eval_
     assert (cfg.benchmark.name, cfg.policy.name, cfg.reward.name) == ("sample", "replay", "graduated")
     assert OmegaConf.is_missing(cfg.policy, "solutions")
     assert (REPO / cfg.benchmark.root).is_dir()
-    assert eval_entry.sandbox_config(cfg) == SandboxConfig()
-    assert cfg.output_dir == "outputs/eval/sample-replay-cuda"
+    backend = visible_backend()  # the default: this machine's
+    assert eval_entry.sandbox_config(cfg) == SandboxConfig(backend=backend)
+    assert cfg.output_dir == f"outputs/eval/sample-replay-{backend}"
+
+
+def test_an_explicit_backend_wins_over_the_machines():
+    assert compose_eval("sandbox=cpu").sandbox.backend == "cpu"
+    assert compose_eval("sandbox.backend=cuda").output_dir == "outputs/eval/sample-replay-cuda"
 
 
 def test_kernelbench_needs_a_root():
@@ -66,3 +73,20 @@ def test_a_generating_policy_without_its_endpoint_stops_before_any_episode(eval_
     with pytest.raises(MissingMandatoryValue) as missing:  # main() prints "policy.base_url must be set"
         eval_entry.solution_paths(cfg, [], tmp_path, sandbox=None)
     assert missing.value.full_key == "policy.base_url"
+
+
+def test_evaluation_gets_the_papers_200_turns_and_training_keeps_150():
+    from src.agent import AgentConfig
+
+    cfg = compose_eval()
+    assert AgentConfig.from_dict(OmegaConf.to_container(cfg.agent)).max_turns == 200
+    assert AgentConfig.from_dict(OmegaConf.to_container(OmegaConf.load(REPO / "conf/agent/multi_turn.yaml"))) \
+        == AgentConfig() and AgentConfig().max_turns == 150
+    assert compose_eval("agent.max_turns=30").agent.max_turns == 30  # the command line still wins
+
+
+@pytest.mark.parametrize("name", ["hf", "api", "replay"])
+def test_policy_name_is_the_one_policy_kind_field(name):
+    cfg = compose_eval(f"policy={name}")
+    assert cfg.policy.name == name and "kind" not in cfg.policy
+    assert "reward" not in compose_eval().agent  # the reward group is the one reward setting

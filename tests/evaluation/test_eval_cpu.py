@@ -1,7 +1,7 @@
 """eval.py end to end on the cpu backend: the sample benchmark, replayed solutions, every metric.
 
 The CPU replay set (examples/kernelbench_sample_solutions/cpu) is built to exercise each verdict:
-three correct C++ kernels (one plain, one clearly faster than eager, one 20x slower on purpose),
+three correct C++ kernels (one plain, one clearly faster than eager, one ~100x slower on purpose),
 one wrong kernel, two hacks the guards catch (PyTorch doing the work; a kernel writing into its
 input), one file without ModelNew and one problem with no solution. The five workspaces share
 one byte-identical binding file, so the session's build cache compiles torch headers once.
@@ -98,7 +98,7 @@ def test_verdict_of_each_replayed_solution(cpu_run, key):
 def test_the_designed_speeds_hold(cpu_run):
     rows = cpu_run[1]
     assert faster(rows[2, 2], "eager"), rows[2, 2]        # one fused pass vs 48 eager operators
-    assert rows[2, 3]["speedup_vs_eager"] < 1.0, rows[2, 3]  # 20x the work on purpose
+    assert rows[2, 3]["speedup_vs_eager"] < 1.0, rows[2, 3]  # 20 scalar passes on purpose
     assert (rows[2, 2]["reward"], rows[2, 3]["reward"]) == (2.0, 1.0)  # no compile baseline: never 3
 
 
@@ -141,7 +141,7 @@ def test_reports_are_written(cpu_run):
     for name in ("summary.md", "fast_p.png", "speedups.png", "run.json", ".hydra/config.yaml"):
         assert (out_dir / name).is_file(), name
     assert "| overall | 8 | 37.5% |" in proc.stdout
-    assert (out_dir / "summary.md").read_text() in proc.stdout
+    assert proc.stdout == (out_dir / "summary.md").read_text() + "\n"  # only the summary: the log is on stderr
 
 
 def test_resume_judges_only_the_tasks_not_yet_recorded(cpu_run, cli_env, sandbox_cache, tmp_path):

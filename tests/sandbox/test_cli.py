@@ -73,19 +73,47 @@ def test_cuda_backend_without_gpu_exits_2(run_cli, tmp_path, valid_solution):
     assert "cuda" in line.lower()
 
 
-def test_missing_solution_is_an_invalid_solution_result(run_cli, tmp_path):
+def test_a_solution_path_that_does_not_exist_is_a_usage_error(run_cli, tmp_path):
     task = tmp_path / "task.py"
     task.write_text(VALID_TASK)
     missing = tmp_path / "no_such_solution"
-    res = run_cli(task, missing)
+    line = assert_usage_error(run_cli(task, missing))
+    assert line == f"error: --solution {missing}: no such file or directory"
+
+
+def test_an_empty_solution_is_a_verdict_of_nothing_run(run_cli, tmp_path):
+    task = tmp_path / "task.py"
+    task.write_text(VALID_TASK)
+    empty = tmp_path / "model_new.py"
+    empty.write_text("")
+    res = run_cli(task, empty)
     assert res.returncode == 0, res.stderr
     assert (res.data["error"], res.data["reward"], res.data["correct"]) == ("invalid_solution", -1.0, False)
-    assert "not found" in res.data["error_detail"]
+    assert (res.data["stopped_after"], res.data["num_trials"], res.data["stage_seconds"]) == ("none", 0, {})
 
 
-def test_demo_prints_a_reward_line(run_sandbox, cli_env):
+def test_help_says_what_it_does_and_what_each_choice_means(run_sandbox):
+    top = run_sandbox("--help")
+    assert top.returncode == 0 and top.stdout.splitlines()[2].startswith("The kernel sandbox from the shell")
+    assert "python -m sandbox demo" in top.stdout
+    ev = run_sandbox("evaluate", "--help").stdout
+    for text in ("graduated: the paper's -1/1/2/3", "(default graduated)", "kernelbench: fp32 1e-4",
+                 "(default kernelbench)", "timed runs (default 20)"):
+        assert text in " ".join(ev.split()), text
+
+
+def test_demo_prints_a_reward_line_and_warns_of_a_build_only_when_cold(run_sandbox, cli_env, tmp_path):
+    from sandbox.__main__ import demo_needs_a_build, demo_paths
+    from sandbox.config import SandboxConfig
+
+    _, workspace = demo_paths("cpu")
+    assert demo_needs_a_build(workspace, SandboxConfig(backend="cpu", cache_dir=str(tmp_path / "cold")))
     # The demo has no --cache-dir: CUDA_AGENT_CACHE (set to the session cache in cli_env) serves.
     res = run_sandbox("demo", "--backend", "cpu", env=cli_env)
     assert res.returncode == 0, res.stderr[-2000:]
     first = res.stdout.splitlines()[0] if res.stdout else ""
     assert first.startswith("reward"), res.stdout
+    assert not demo_needs_a_build(workspace, SandboxConfig(backend="cpu", cache_dir=cli_env["CUDA_AGENT_CACHE"]))
+    again = run_sandbox("demo", "--backend", "cpu", env=cli_env)
+    assert again.returncode == 0 and again.stdout.startswith("reward"), again.stderr[-2000:]
+    assert again.stderr.splitlines()[0] == ("judging relu_add_workspace on task relu_add.py on the cpu backend")

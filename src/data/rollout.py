@@ -1,0 +1,249 @@
+"""The rollout DataModule: tasks in, on-policy trajectories out, through the sandbox pool.
+
+    dm = RolloutDataModule(tasks="data/ops_h200/tasks.parquet", sandbox=..., agent=..., ...)
+    # PPO stages: each training batch is a list of tasks; the stage calls
+    result = dm.rollout(policy, tasks, agent, tag="train", step=global_step)
+    result.rows, result.batch (RolloutBatch), result.metrics
+    # SFT / value stages: dm.use_trajectories(rows) first, then batches are RolloutBatches
+
+On-policy: ``rollout`` runs episodes with the policy it is given, which wraps the module being
+trained (src/agent HFPolicy over the actor's own weights), at the moment the training step asks.
+Many episodes are in flight at once (``episodes_in_flight``; their replies are batched by the
+policy) and their sandbox work overlaps in the pool. Under DDP every rank runs its own share of
+episodes, and all ranks share rank 0's pool (sandbox/service.py), never one pool per rank.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from .batch import RolloutBatch, collate_rows
+from .tasks import Task, TaskSetError, load_task_set, split_tasks
+
+log = logging.getLogger(__name__)
+# Environment that hands rank 0's pool address and key to the other ranks (set by train.py
+# before the ranks are launched, so that every rank inherits the same values).
+POOL_ADDRESS_ENV, POOL_KEY_ENV = "CUDA_AGENT_POOL_ADDRESS", "CUDA_AGENT_POOL_KEY"
+
+
+class ListDataset(Dataset):
+    def __init__(self, items: Sequence[Any]):
+        self.items = list(items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int) -> Any:
+        return self.items[index]
+
+
+def as_list(items: list) -> list:
+    """collate_fn that keeps a batch of tasks (or rows) a plain list."""
+    return list(items)
+
+
+@dataclass
+class RolloutResult:
+    rows: list[dict[str, Any]]
+    batch: Optional[RolloutBatch]
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def share_pool_env(output_dir: Path) -> None:
+    """Give every rank launched after this call the same pool address and key."""
+    os.environ.setdefault(POOL_ADDRESS_ENV, str(output_dir / ".sandbox-pool.sock"))
+    os.environ.setdefault(POOL_KEY_ENV, secrets.token_hex(16))
+
+
+class RolloutDataModule(pl.LightningDataModule):
+    def __init__(self, tasks: str, output_dir: str, sandbox: Mapping[str, Any], reward: str,
+                 tasks_per_step: int = 4, samples_per_task: int = 2, val_fraction: float = 0.1,
+                 val_max_tasks: int = 16, val_samples_per_task: int = 1, split_seed: int = 0,
+                 max_tasks: int = 0, episodes_in_flight: int = 8, drop_stop_reasons: Sequence[str] = (),
+                 mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8):
+        super().__init__()
+        self.source, self.output_dir = tasks, Path(output_dir)
+        self.sandbox_cfg, self.reward_name = dict(sandbox), reward
+        self.tasks_per_step, self.samples_per_task = tasks_per_step, samples_per_task
+        self.val_fraction, self.val_max_tasks, self.val_samples = val_fraction, val_max_tasks, val_samples_per_task
+        self.split_seed, self.max_tasks, self.episodes_in_flight = split_seed, max_tasks, episodes_in_flight
+        self.drop_stop_reasons, self.mask_stop_reasons = set(drop_stop_reasons), set(mask_stop_reasons)
+        self.trajectory_batch_size = trajectory_batch_size
+        self.train_tasks: list[Task] = []
+        self.val_tasks: list[Task] = []
+        self.pool = None
+        self._server = None
+        self._trajectories: Optional[list[dict[str, Any]]] = None
+        self.pad_id = 0
+
+    # ------------------------------------------------------------------ set-up
+
+    def prepare(self) -> None:
+        """Tasks and split; the same on every rank (deterministic)."""
+        if self.train_tasks or self.val_tasks:
+            return
+        tasks = load_task_set(self.source, self.output_dir / "tasks", self.max_tasks)
+        split = split_tasks(tasks, self.val_fraction, self.val_max_tasks, self.split_seed)
+        self.train_tasks, self.val_tasks = split.train, split.val
+        if not self.train_tasks:
+            raise TaskSetError(f"task source {self.source} leaves no training task after the split")
+
+    def setup(self, stage: Optional[str] = None) -> None:
+        self.prepare()
+        if self.pool is None:
+            self.pool = self._connect_pool()
+
+    def sandbox_config(self):
+        from sandbox.config import SandboxConfig
+
+        return SandboxConfig.from_dict(self.sandbox_cfg)
+
+    def _connect_pool(self):
+        from sandbox.pool import make_pool
+        from sandbox.service import PoolServer, RemotePool
+
+        trainer = self.trainer
+        world, rank = (trainer.world_size, trainer.global_rank) if trainer is not None else (1, 0)
+        if world == 1:
+            return make_pool(self.sandbox_config())
+        address, key = os.environ.get(POOL_ADDRESS_ENV), os.environ.get(POOL_KEY_ENV)
+        if not address or not key:
+            raise RuntimeError(f"{world} ranks but no shared sandbox pool address: train.py sets "
+                               f"{POOL_ADDRESS_ENV}/{POOL_KEY_ENV} before the ranks start")
+        if rank == 0:
+            if not address.count(":") and os.path.exists(address):
+                os.unlink(address)  # a socket left by a killed run
+            pool = make_pool(self.sandbox_config())
+            self._server = PoolServer(pool, address, key.encode())
+            log.info("rank 0 serves its sandbox pool to %d other ranks at %s", world - 1, address)
+            return pool
+        log.info("rank %d judges through the sandbox pool of rank 0 at %s", rank, address)
+        return RemotePool(address, key.encode())
+
+    def teardown(self, stage: Optional[str] = None) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        if self.pool is not None:
+            self.pool.close(cancel_pending=True)
+            self.pool = None
+
+    # ------------------------------------------------------------------ loaders
+
+    def use_trajectories(self, rows: list[dict[str, Any]], pad_id: int) -> None:
+        """SFT / value stages: batches become RolloutBatches of these rows instead of tasks."""
+        self._trajectories, self.pad_id = list(rows), pad_id
+
+    def train_dataloader(self) -> DataLoader:
+        if self._trajectories is not None:
+            return DataLoader(ListDataset(self._trajectories), batch_size=self.trajectory_batch_size, shuffle=True,
+                              collate_fn=lambda rows: collate_rows(rows, self.pad_id))
+        self.prepare()
+        return DataLoader(ListDataset(self.train_tasks), batch_size=min(self.tasks_per_step, len(self.train_tasks)),
+                          shuffle=True, drop_last=True, collate_fn=as_list)
+
+    def val_dataloader(self) -> DataLoader:
+        self.prepare()
+        return DataLoader(ListDataset(self.val_tasks), batch_size=max(1, len(self.val_tasks)), shuffle=False,
+                          collate_fn=as_list)
+
+    # ------------------------------------------------------------------ rollouts
+
+    def rollout(self, policy: Any, tasks: Sequence[Task], agent: Any, tag: str, step: int,
+                samples: Optional[int] = None) -> RolloutResult:
+        """Run ``samples`` episodes per task with ``policy`` (``agent``: an AgentConfig), append
+        the rows to ``rollouts/<tag>.jsonl``, and return them with their batch and metrics."""
+        from src.agent import TrajectoryWriter, run_episodes
+
+        samples = self.samples_per_task if samples is None else samples
+        episode_tasks = [t for t in tasks for _ in range(samples)]
+        rank = self.trainer.global_rank if self.trainer is not None else 0
+        ids = [f"{tag}-s{step:06d}-r{rank}-{i:04d}-{t.id}" for i, t in enumerate(episode_tasks)]
+        writer = TrajectoryWriter(self.output_dir / "rollouts" / f"{tag}.jsonl", extra={"train_step": step})
+        start = time.monotonic()
+        trajectories = asyncio.run(run_episodes([t.path for t in episode_tasks], policy, self.pool, agent,
+                                                self.sandbox_cfg.get("backend", "cuda"), writer=writer,
+                                                concurrency=self.episodes_in_flight, episode_ids=ids,
+                                                reward=self.reward_name))
+        wall = time.monotonic() - start
+        rows = [{**t.to_row(), "train_step": step} for t in trajectories]
+        kept = self.trainable(rows)
+        batch = collate_rows(kept, self.pad_token_id(policy)) if kept else None
+        metrics = rollout_metrics(rows, kept, wall)
+        return RolloutResult(rows, batch, metrics)
+
+    def trainable(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Drop rows whose ids cannot train (``drop_stop_reasons``), zero the policy mask of rows
+        that should not teach (``mask_stop_reasons``), keep the rest as they are."""
+        kept = []
+        for row in rows:
+            reason = row.get("stop_reason", "")
+            if reason in self.drop_stop_reasons or not row.get("token_ids"):
+                continue
+            if reason in self.mask_stop_reasons:
+                row = dict(row, loss_mask=[0] * len(row["loss_mask"]))
+            kept.append(row)
+        return kept
+
+    def device_gate(self):
+        """Held around generation and updates when the sandbox times on a device training
+        uses too, so that no timing overlaps them (sandbox/gate.py); a no-op otherwise."""
+        return contextlib.nullcontext()
+
+    @staticmethod
+    def pad_token_id(policy: Any) -> int:
+        tok = policy.tokenizer
+        return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
+
+
+def rollout_metrics(rows: list[dict[str, Any]], kept: list[dict[str, Any]], wall_s: float) -> dict[str, float]:
+    """The rollout/ metrics of one batch of episodes (the README's metric table explains each)."""
+    from sandbox.reward import meaningfully_faster
+
+    n = max(len(rows), 1)
+
+    def final(row: dict, key: str) -> Any:
+        return (row.get("final_measurement") or {}).get(key)
+
+    def share(pred) -> float:
+        return sum(1 for r in rows if pred(r)) / n
+
+    passed = lambda r: bool(final(r, "correct")) and not final(r, "violations") and final(r, "error") is None  # noqa: E731
+    calls = sum(len(t["tool_calls"]) + len(t["parse_errors"]) for r in rows for t in r["turns"])
+    failed_calls = sum(r.get("invalid_tool_calls", 0) for r in rows)
+    metrics = {
+        "rollout/reward_mean": sum(float(r["reward"] if r["reward"] is not None else -1.0) for r in rows) / n,
+        "rollout/pass_rate": share(passed),
+        "rollout/faster_than_eager": share(lambda r: passed(r) and meaningfully_faster(final(r, "runtime_us"), final(r, "eager_us"))),
+        "rollout/faster_than_compile": share(lambda r: passed(r) and meaningfully_faster(final(r, "runtime_us"), final(r, "compile_us"))),
+        "rollout/turns_mean": sum(r["num_turns"] for r in rows) / n,
+        "rollout/tool_error_rate": failed_calls / max(calls, 1),
+        "rollout/length_clipped_ratio": share(lambda r: r["stop_reason"] == "context_limit"
+                                              or any(t["finish_reason"] == "length" for t in r["turns"][-1:])),
+        "rollout/episodes": float(len(rows)),
+        "rollout/dropped_episodes": float(len(rows) - len(kept)),
+        "rollout/drift_episodes": float(sum(1 for r in rows if r["stop_reason"] == "template_drift")),
+        "rollout/tokens_mean": sum(r["num_tokens"] for r in rows) / n,
+        "perf/rollout_s": wall_s,
+    }
+    generate = sum(r["timings"].get("generate_s", 0.0) for r in rows)
+    tools = sum(r["timings"].get("sandbox_s", 0.0) for r in rows)
+    busy = max(generate + tools, 1e-9)
+    # Episodes overlap, so their own seconds add up to more than the wall: split the wall by share.
+    metrics["perf/generation_s"] = wall_s * generate / busy
+    metrics["perf/sandbox_s"] = wall_s * tools / busy
+    generated = sum(sum(r["loss_mask"]) for r in rows)
+    metrics["perf/rollout_tokens_per_s"] = generated / max(wall_s, 1e-9)
+    return metrics
+

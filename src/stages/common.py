@@ -1,0 +1,170 @@
+"""What the stage modules share, as functions (no base class): optimiser steps that count once,
+gradient clipping, micro-batching, checkpoint initialisation, the rollout policy, memory."""
+from __future__ import annotations
+
+import resource
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import torch
+from torch import nn
+
+from src.data.batch import RolloutBatch
+
+
+class InitError(ValueError):
+    """``init_from`` names a checkpoint that is missing or lacks what the stage needs."""
+
+
+def step_uncounted(optimizer: Any) -> None:
+    """Step a LightningOptimizer without advancing ``trainer.global_step``. In manual
+    optimisation Lightning counts every optimizer step, so with an actor and a critic optimiser
+    one PPO update would count twice and ``trainer.max_steps`` would mean half as many updates;
+    the actor's step is the one that counts."""
+    before, after = optimizer._on_before_step, optimizer._on_after_step
+    optimizer._on_before_step = optimizer._on_after_step = lambda: None
+    try:
+        optimizer.step()
+    finally:
+        optimizer._on_before_step, optimizer._on_after_step = before, after
+
+
+def clip_grad_norm(module: nn.Module, max_norm: float) -> torch.Tensor:
+    """Clip the gradients of ``module``'s trainable parameters; return the norm before clipping
+    (inf for "no limit" still measures it)."""
+    params = [p for p in module.parameters() if p.requires_grad and p.grad is not None]
+    if not params:
+        return torch.zeros(())
+    limit = max_norm if max_norm > 0 else float("inf")
+    return torch.nn.utils.clip_grad_norm_(params, limit)
+
+
+def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
+    """Consecutive sub-batches of at most ``size`` rows (0: the whole batch)."""
+    size = size if size > 0 else len(batch)
+    for start in range(0, len(batch), size):
+        yield batch.rows(slice(start, start + size))
+
+
+def freeze(module: Optional[nn.Module]) -> None:
+    """Frozen parts are carried (and checkpointed) but not trained, and DDP does not track them."""
+    if module is not None:
+        module.requires_grad_(False)
+
+
+def load_init(module: nn.Module, path: str | Path, need: tuple[str, ...]) -> dict[str, int]:
+    """Load the ``actor.`` / ``critic.`` weights of a Lightning checkpoint of any stage into the
+    module's parts of the same name. Each name in ``need`` must be present in the checkpoint;
+    other parts present in both are loaded too (a stage carries what it does not train, so
+    the next stage finds it). Returns the number of tensors loaded per part."""
+    path = Path(path).expanduser()
+    if path.is_dir():
+        path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints" / "last.ckpt").exists() else path / "last.ckpt"
+    if not path.is_file():
+        raise InitError(f"init_from {path}: no such checkpoint (give a .ckpt file or a run directory)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=False)["state_dict"]
+    except Exception as exc:
+        raise InitError(f"init_from {path}: not a Lightning checkpoint ({type(exc).__name__}: {exc})") from None
+    loaded = {}
+    for part in ("actor", "critic"):
+        target = getattr(module, part, None)
+        weights = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
+        if part in need and not weights:
+            raise InitError(f"init_from {path} holds no {part} weights; this stage needs them "
+                            f"(parts present: {sorted({k.split('.', 1)[0] for k in state})})")
+        if target is None or not weights:
+            continue
+        missing, unexpected = target.load_state_dict(weights, strict=False)
+        if unexpected or (missing and part in need):
+            raise InitError(f"init_from {path}: the {part} does not match this model "
+                            f"({len(missing)} missing, {len(unexpected)} unexpected tensors, e.g. "
+                            f"{(missing or unexpected)[:3]}); was it trained with another model config?")
+        loaded[part] = len(weights)
+    return loaded
+
+
+def peak_memory_gb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2 ** 30
+    # ru_maxrss is in KiB on Linux.
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
+
+
+def make_policy(actor: Any, device: torch.device, sampling: dict[str, Any], gate: Any = None) -> Any:
+    """The rollout policy over the actor's own module (on-policy: no copy); ``gate`` (a context
+    manager factory) is held around each generation, so that timing on a GPU shared with
+    training never overlaps it."""
+    from src.agent import HFPolicy
+
+    return HFPolicy(model=actor.generation_model, tokenizer=actor.tokenizer, name=actor.name,
+                    generation_gate=gate, **sampling)
+
+
+def token_share(module: Any, local_tokens: float) -> float:
+    """Factor that turns this rank's token mean into its part of the mean over every rank's
+    tokens once DDP averages the gradients: world_size * local / global."""
+    trainer = module.trainer
+    if trainer.world_size == 1:
+        return 1.0
+    total = trainer.strategy.reduce(torch.tensor(local_tokens, device=module.device), reduce_op="sum")
+    return trainer.world_size * local_tokens / max(float(total), 1.0)
+
+
+@contextmanager
+def gradient_sync(module: Any, last: bool) -> Iterator[None]:
+    """Under DDP, all-reduce gradients only on the last micro-batch of an update."""
+    strategy = module.trainer.strategy
+    if last or not hasattr(strategy, "block_backward_sync"):
+        yield
+        return
+    with strategy.block_backward_sync():
+        yield
+
+
+def collect_trajectories(module: Any, agent: Any, rounds: int, tag: str = "sample") -> list[dict[str, Any]]:
+    """Multi-turn episodes of the module's actor on the training tasks, ``rounds`` per task,
+    each rank its share; rows go to ``rollouts/<tag>.rank<r>.jsonl``. A rerun (a resumed stage)
+    reads the files instead of sampling again. Returns every rank's rows."""
+    from src.agent import read_trajectories
+
+    trainer, dm = module.trainer, module.trainer.datamodule
+    rank, world = trainer.global_rank, trainer.world_size
+    directory = dm.output_dir / "rollouts"
+    done = directory / f"{tag}.rank{rank}.done"
+    if not done.exists():
+        own = dm.train_tasks[rank::world]
+        policy = make_policy(module.actor, module.device, module.sampling, dm.device_gate)
+        try:
+            dm.rollout(policy, own, agent, f"{tag}.rank{rank}", 0, samples=rounds)
+        finally:
+            policy.close()
+        done.touch()
+    trainer.strategy.barrier()
+    rows = []
+    for r in range(world):
+        path = directory / f"{tag}.rank{r}.jsonl"
+        rows += read_trajectories(path) if path.exists() else []
+    return rows
+
+
+def read_rows(path: str | Path) -> list[dict[str, Any]]:
+    """Trajectory rows of a JSONL file written by the agent (eval.py, a sampling stage)."""
+    from src.agent import read_trajectories
+
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise InitError(f"trajectory file {path} does not exist")
+    rows = [r for r in read_trajectories(path) if r.get("token_ids")]
+    if not rows:
+        raise InitError(f"trajectory file {path} holds no token-level rows (text-only policies cannot train)")
+    return rows
+
+
+def validate_with_episodes(module: Any, tasks: list, policy: Any) -> None:
+    """Episodes on held-out tasks with the current actor; their rollout metrics as val/*."""
+    dm = module.trainer.datamodule
+    result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
+    metrics = {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
+    module.log_dict(metrics, batch_size=len(tasks), sync_dist=True)

@@ -1,0 +1,67 @@
+"""Stage 3, value pretraining: the critic alone, on the sampled multi-turn trajectories. The
+outcome reward sits on each row's last policy token; targets are V(s_t) + A_t with GAE
+(gamma 1, lambda 0.95, through tool tokens) from the critic's own current values; the loss is
+0.5 * MSE over policy tokens. Without it the paper saw strongly negative explained variance
+and trajectories running to the length cap in agentic PPO."""
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import lightning.pytorch as pl
+import torch
+
+from src.data.batch import RolloutBatch
+from src.rl import explained_variance, gae_through_tools, masked_mean, outcome_rewards, value_loss
+
+from .common import clip_grad_norm, collect_trajectories, freeze, read_rows
+from .rft import rft_keep
+
+
+class ValuePretrainStage(pl.LightningModule):
+    def __init__(self, actor: torch.nn.Module, critic: torch.nn.Module, agent: Any, critic_optimizer: Callable,
+                 sampling: dict, trajectories: str = "", sample_rounds: int = 2, rows: str = "all",
+                 min_reward: float = 0.0, filters: Optional[dict] = None, gamma: float = 1.0, lam: float = 0.95,
+                 max_grad_norm: float = 1.0):
+        super().__init__()
+        if rows not in ("all", "kept"):
+            raise ValueError(f"value_pretrain rows must be 'all' or 'kept' (RFT's selection), got {rows!r}")
+        self.automatic_optimization = False
+        self.actor, self.critic, self.agent = actor, critic, agent
+        freeze(self.actor)  # the RFT actor, carried to the agentic stage untouched
+        self.critic_optimizer, self.sampling = critic_optimizer, dict(sampling)
+        self.trajectories, self.sample_rounds, self.rows = trajectories, sample_rounds, rows
+        self.min_reward, self.filters = min_reward, dict(filters or {})
+        self.gamma, self.lam, self.max_grad_norm = gamma, lam, max_grad_norm
+
+    def configure_optimizers(self):
+        return self.critic_optimizer(self.critic.parameters())
+
+    def on_fit_start(self) -> None:
+        rows = read_rows(self.trajectories) if self.trajectories else \
+            collect_trajectories(self, self.agent, self.sample_rounds)
+        if self.rows == "kept":
+            rows, _ = rft_keep(rows, self.min_reward, self.filters)
+        if not rows:
+            raise ValueError("value pretraining has no trajectory to train on")
+        self.print(f"value pretraining on {len(rows)} trajectories")
+        tok = self.actor.tokenizer
+        self.trainer.datamodule.use_trajectories(rows, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
+
+    def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
+        opt = self.optimizers()
+        mask = batch.policy_mask
+        values = self.critic(batch.ids, batch.attention)
+        with torch.no_grad():
+            _, returns = gae_through_tools(outcome_rewards(batch.rewards, mask), values.detach(), mask,
+                                           self.gamma, self.lam)
+        loss, stats = value_loss(values, returns, mask)
+        self.manual_backward(loss)
+        norm = clip_grad_norm(self.critic, self.max_grad_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        self.log_dict({"critic/loss": loss.detach(), "critic/grad_norm": norm,
+                       "critic/explained_var": explained_variance(values.detach(), returns, mask),
+                       "critic/value_mean": masked_mean(values.detach(), mask),
+                       **{f"critic/{k}": v for k, v in stats.items()}},
+                      prog_bar=False, batch_size=len(batch), sync_dist=True)
+        self.log("value_loss", loss.detach(), prog_bar=True, logger=False, batch_size=len(batch))

@@ -1,0 +1,90 @@
+"""Training test support: a tiny real HF model + tokenizer made here (no download), the real
+train.yaml composed with overrides that shrink everything to seconds on a CPU, and a runner for
+train.py as a user types it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import torch
+
+# Tiny models gain nothing from intra-op threads, and on a shared 2-core machine (CI, or tests
+# running beside sandbox workers) spinning thread pools made each small matmul ~30x slower.
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE_TASKS = ROOT / "examples" / "kernelbench_sample"
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A randomly initialised Llama of ~50k parameters with this project's BPE tokenizer and chat
+    template, saved like any HF model (train.py loads it by path)."""
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from src.agent.episode import AgentConfig, system_prompt, task_prompt
+    from src.agent.offline_model import build_chat_tokenizer, small_model_config
+    from src.agent.workspace import Workspace
+
+    cfg = AgentConfig()
+    workspace = Workspace.create("", "cpu")
+    try:
+        corpus = [system_prompt(workspace, cfg)]
+    finally:
+        workspace.cleanup()
+    corpus += [task_prompt(p.read_text(), cfg) for p in sorted(SAMPLE_TASKS.rglob("*.py"))]
+    tokenizer = build_chat_tokenizer(corpus, vocab_size=512)
+    config = small_model_config(tokenizer, "tiny", max_positions=8192)
+    config.hidden_size, config.intermediate_size, config.num_attention_heads, config.num_key_value_heads = 32, 64, 2, 2
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(config)
+    out = tmp_path_factory.mktemp("tiny_model")
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def small_overrides(model_dir: Path, out_dir: Path, sandbox_cache: Path) -> list[str]:
+    """Every size at its smallest: 2 steps of 2 short episodes, cheap CPU timing."""
+    return [f"model.actor.name_or_path={model_dir}", f"output_dir={out_dir}", "trainer=cpu",
+            "trainer.max_steps=2", "trainer.val_check_interval=100", "trainer.enable_progress_bar=false",
+            "sandbox=cpu", f"sandbox.cache_dir={sandbox_cache}", "sandbox.compile_baseline=false",
+            "sandbox.timing.warmup=1", "sandbox.timing.warmup_ms=0", "sandbox.timing.repeats=3",
+            "sandbox.build_workers=1", "data.tasks_per_step=1", "data.samples_per_task=2",
+            "data.episodes_in_flight=2", "data.val_max_tasks=1", "agent.max_turns=2",
+            "agent.max_new_tokens_per_turn=12", "agent.max_consecutive_invalid=1",
+            "sampling.max_batch=2", "export_actor=false"]
+
+
+@pytest.fixture
+def compose_train(tiny_model_dir: Path, tmp_path: Path, sandbox_cache: Path) -> Callable[..., Any]:
+    """The real conf/train.yaml composed with small_overrides() and then ``extra`` overrides."""
+    from hydra import compose, initialize_config_dir
+
+    import train  # registers the config resolvers
+
+    def make(*extra: str, out_dir: Path | None = None):
+        overrides = small_overrides(tiny_model_dir, out_dir or tmp_path / "run", sandbox_cache) + list(extra)
+        with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+            return compose(config_name="train", overrides=overrides)
+
+    assert train.ROOT == ROOT
+    return make
+
+
+@pytest.fixture
+def run_train(tiny_model_dir: Path, sandbox_cache: Path) -> Callable[..., subprocess.CompletedProcess]:
+    """``python train.py ARGS`` in a subprocess from the repository root."""
+
+    def run(out_dir: Path, *extra: str, timeout: float = 600, small: bool = True, **popen: Any):
+        args = (small_overrides(tiny_model_dir, out_dir, sandbox_cache) if small else []) + list(extra)
+        env = dict(os.environ, CUDA_AGENT_CACHE=str(sandbox_cache), PYTHONUNBUFFERED="1")
+        return subprocess.run([sys.executable, "train.py", *args], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=timeout, **popen)
+
+    return run

@@ -1,0 +1,137 @@
+"""Every stage runs on CPU at tiny size through the real sandbox, and init_from carries each
+stage's checkpoint into the next: warm-up -> RFT (on an expert trajectory) -> value pretraining
+-> agentic PPO. Plus what one run writes (checkpoints, metrics.csv, rollouts) and the errors a
+user sees for unusable input."""
+from __future__ import annotations
+
+import asyncio
+import csv
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+TASK = ROOT / "examples" / "kernelbench_sample" / "level1" / "1_ReLU.py"
+SOLUTION = ROOT / "examples" / "kernelbench_sample_solutions" / "cpu" / "level1" / "1_ReLU"
+
+
+def ckpt_state(run: Path) -> dict[str, torch.Tensor]:
+    return torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+
+
+def part(state: dict, name: str) -> dict[str, torch.Tensor]:
+    return {k: v for k, v in state.items() if k.startswith(name + ".")}
+
+
+def same(a: dict, b: dict) -> bool:
+    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+def metric_columns(run: Path) -> tuple[list[str], list[dict]]:
+    with open(run / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    return (list(rows[0]) if rows else []), rows
+
+
+@pytest.fixture(scope="module")
+def expert_trajectories(tiny_model_dir, sandbox_cache, tmp_path_factory) -> Path:
+    """One real expert episode (write, compile, verify, profile, finish through the CPU sandbox)
+    tokenised with the tiny model's tokenizer: a trajectory with reward > 0 for RFT."""
+    from transformers import AutoTokenizer
+
+    from sandbox.config import SandboxConfig, TimingConfig
+    from sandbox.pool import SandboxPool
+    from src.agent import AgentConfig, TrajectoryWriter
+    from src.agent.offline_model import expert_episode
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
+                        timing=TimingConfig(warmup=1, warmup_ms=0.0, repeats=3), build_workers=1)
+    path = tmp_path_factory.mktemp("expert") / "expert.jsonl"
+    with SandboxPool(cfg) as pool:
+        traj = asyncio.run(expert_episode(TASK, SOLUTION, tokenizer, pool, AgentConfig(max_turns=12), "cpu",
+                                          reward="graduated"))
+    assert traj.reward is not None and traj.reward > 0, (traj.stop_reason, traj.final_measurement)
+    TrajectoryWriter(path).append(traj)
+    return path
+
+
+def test_the_four_stages_chain_through_init_from(compose_train, expert_trajectories, tmp_path):
+    from train import train
+
+    warmup = tmp_path / "warmup"
+    train(compose_train("stage=warmup", out_dir=warmup))
+    columns, rows = metric_columns(warmup)
+    for name in ("rollout/reward_mean", "rollout/pass_rate", "actor/loss", "actor/entropy", "actor/clip_fraction",
+                 "actor/logprob_mismatch", "actor/grad_norm", "critic/loss", "critic/explained_var",
+                 "perf/step_s", "perf/generation_s", "perf/sandbox_s", "perf/update_s", "perf/peak_memory_gb"):
+        assert name in columns, name
+    episodes = [json.loads(line) for line in (warmup / "rollouts" / "train.jsonl").read_text().splitlines()]
+    assert len(episodes) == 4 and {e["mode"] for e in episodes} == {"single_turn"}
+    assert sorted({e["train_step"] for e in episodes}) == [0, 1]
+    warm = ckpt_state(warmup)
+
+    rft = tmp_path / "rft"
+    train(compose_train("stage=rft", f"init_from={warmup}", f"stage.module.trajectories={expert_trajectories}",
+                        out_dir=rft))
+    after_rft = ckpt_state(rft)
+    assert not same(part(after_rft, "actor"), part(warm, "actor"))  # SFT changed the actor
+    assert same(part(after_rft, "critic"), part(warm, "critic"))  # the warm-up critic, carried
+    columns, rows = metric_columns(rft)
+    assert "actor/sft_loss" in columns and float(next(r["rft/kept"] for r in rows if r.get("rft/kept"))) == 1
+
+    value = tmp_path / "value"
+    train(compose_train("stage=value_pretrain", f"init_from={rft}",
+                        f"stage.module.trajectories={expert_trajectories}", out_dir=value))
+    after_value = ckpt_state(value)
+    assert same(part(after_value, "actor"), part(after_rft, "actor"))  # the RFT actor, carried
+    assert not same(part(after_value, "critic"), part(after_rft, "critic"))
+
+    agentic = tmp_path / "agentic"
+    train(compose_train("stage=agentic_rl", f"init_from={value}", out_dir=agentic))
+    episodes = [json.loads(line) for line in (agentic / "rollouts" / "train.jsonl").read_text().splitlines()]
+    assert {e["mode"] for e in episodes} == {"multi_turn"}
+    # The first rollout batch was sampled by the value stage's actor: version 0 of this run.
+    assert {e["policy_version"][0]
+            for e in episodes if e["train_step"] == 0} == {0}
+
+
+def test_lora_model_group_trains_adapters_only(compose_train, tmp_path, tiny_model_dir):
+    from train import train
+
+    run = tmp_path / "lora"
+    train(compose_train("stage=warmup", "model=lora", f"model.actor.name_or_path={tiny_model_dir}",
+                        "model.actor.dtype=float32", "model.actor.gradient_checkpointing=false",
+                        "trainer.max_steps=1", "model.actor.lora.target_modules=[q_proj,v_proj]", out_dir=run))
+    actor = part(ckpt_state(run), "actor")
+    assert any("lora_A" in k for k in actor)
+
+
+def test_unusable_input_is_one_clear_error(compose_train, tmp_path, monkeypatch):
+    from src.data.tasks import TaskSetError
+    from src.models import ModelLoadError
+    from src.stages.common import InitError
+    from train import train
+
+    with pytest.raises(InitError, match="no such checkpoint"):
+        train(compose_train("init_from=/does/not/exist.ckpt"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(TaskSetError, match="no usable task"):
+        train(compose_train(f"data.tasks={tmp_path / 'empty'}"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(ModelLoadError, match="cannot load model 'no-org/no-model'"):
+        train(compose_train("model.actor.name_or_path=no-org/no-model"))
+    assert not (tmp_path / "run" / "checkpoints").exists()  # nothing a resume would trust
+
+
+def test_cli_errors_exit_2_with_one_line(run_train, tmp_path):
+    out = run_train(tmp_path / "a", "stage=nope", small=False, timeout=120)
+    assert out.returncode == 2 and out.stderr.strip().count("\n") == 0, out.stderr
+    assert "stage=nope is not a stage config" in out.stderr and "agentic_rl" in out.stderr
+    # One error raised inside train() (the others are checked in-process above).
+    bad, says = ("init_from=/does/not/exist.ckpt", "error: init_from") if torch.cuda.is_available() else \
+        ("trainer=gpu", "error: trainer=gpu needs a CUDA GPU")
+    out = run_train(tmp_path / "b", bad, timeout=300)
+    assert out.returncode == 2 and out.stderr.strip().splitlines()[-1].startswith(says), out.stderr[-2000:]
