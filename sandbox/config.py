@@ -78,8 +78,10 @@ class SandboxConfig:
     allowed_libraries: tuple[str, ...] = ("cublas", "cublasLt", "cudnn")
     # Extra correctness trials run after timing, on the verification buffers refilled in place.
     post_timing_trials: int = 2
-    # Largest file a worker may write (outputs, objects), in MiB (RLIMIT_FSIZE).
+    # Largest file a worker may write (objects, logs, weights), in MiB (RLIMIT_FSIZE).
     file_size_limit_mb: int = 4096
+    # Largest output of one call the run worker hands over (shared memory; host memory), in MiB.
+    max_output_mb: int = 32768
     # Host memory per worker, GiB: RLIMIT_AS (cpu backend); as root, the cgroup limit too; 0: none.
     host_memory_limit_gb: float = 32.0
     # GPU memory the solution's caching allocator may hold, GiB (torch's per-process fraction); 0: none.

@@ -15,10 +15,9 @@ error.
 from __future__ import annotations
 
 import contextlib
-import io
 import os
-import queue
 import secrets
+import socket
 import shutil
 import tempfile
 import threading
@@ -32,7 +31,6 @@ from .cgroups import WorkerCgroup
 from .checks import TIMED_RUN, TRIAL, CallChecks
 from .placement import CpuPlan
 from .process import Cancelled, StageFailure, WorkerProcess, namespaces_available  # noqa: F401 (Cancelled: pool's)
-from .protocol import FRAME_HEADER
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
 from .measurement import ErrorKind, Measurement, TimingStats
@@ -43,39 +41,21 @@ from .task import load_task_source
 RECORDER_BUILDS = ThreadPoolExecutor(1, thread_name_prefix="op-recorder-build")
 
 
-class ReferenceOutputs:
-    """Receives the reference worker's frames (inputs and reference outputs of checked calls)
-    through a pipe: they never exist as a file that solution code could find, and only the
-    reference worker holds the pipe's write end. Each frame is length-prefixed, so it is complete
-    without waiting for EOF (which would need every process that inherited the pipe, unshare and
-    its shell included, to have exited)."""
+class HandoverSockets:
+    """The Unix socket pair over which the run worker hands checked outputs to the reference
+    worker (``sandbox.handover``): one end each; the judge closes its copies once they started."""
 
     def __init__(self):
-        self.read_fd, self.write_fd = os.pipe()
-        self._frames: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+        self.ends = dict(zip(("run", "reference"), socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)))
 
-    def _drain(self) -> None:
-        with os.fdopen(self.read_fd, "rb") as pipe:
-            while len(header := pipe.read(FRAME_HEADER.size)) == FRAME_HEADER.size:
-                self._frames.put(pipe.read(FRAME_HEADER.unpack(header)[0]))
-        self._frames.put(None)
+    def fd(self, role: str) -> int:
+        return self.ends[role].fileno()
 
-    def close_write_end(self) -> None:
-        if self.write_fd is not None:
-            os.close(self.write_fd)
-            self.write_fd = None
-
-    def next(self, timeout_s: float = 60.0) -> dict:
-        """The next frame, decoded: {"inputs": [...], "outputs": [...]}."""
-        try:
-            data = self._frames.get(timeout=timeout_s)
-        except queue.Empty:
-            data = None
-        if data is None:
-            raise StageFailure(ErrorKind.SANDBOX_ERROR, "the reference worker sent no reference outputs")
-        return torch.load(io.BytesIO(data), weights_only=True)
+    def close(self, role: str | None = None) -> None:
+        for name in [role] if role else list(self.ends):
+            end = self.ends.pop(name, None)
+            if end is not None:
+                end.close()
 
 
 class SoloLanes:
@@ -166,6 +146,27 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
     return m
 
 
+def evaluate_baselines(task_path: str | Path, cfg: SandboxConfig) -> Measurement:
+    """Time (or read from the cache) only the task's eager and torch.compile baselines: the
+    reference worker alone, no solution. Raises TaskError for an unusable task."""
+    task_source = load_task_source(task_path)
+    check_backend(cfg)
+    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance)
+    eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-baselines-"))
+    try:
+        (eval_dir / "solution").mkdir()
+        (eval_dir / "solution" / "model.py").write_text(task_source, encoding="utf-8")
+        evaluation = _Evaluation(cfg, m, eval_dir, "baselines", SoloLanes(cfg))
+        try:
+            evaluation.baselines_only()
+        finally:
+            evaluation._close_workers()
+            evaluation.handover.close()
+    finally:
+        shutil.rmtree(eval_dir, ignore_errors=True)
+    return m
+
+
 class _Evaluation:
     """The stages of one evaluation; each stage fills part of the measurement."""
 
@@ -174,8 +175,8 @@ class _Evaluation:
         self.cfg, self.m, self.eval_dir, self.stop_after = cfg, m, eval_dir, stop_after
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
-        self.reference = ReferenceOutputs()
-        self.checks = CallChecks(cfg, m)
+        self.handover = HandoverSockets()
+        self.checks = CallChecks(m)
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
         m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
@@ -195,7 +196,7 @@ class _Evaluation:
             "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
-            "init_path": str(ref_dir / "init.pt"),
+            "init_path": str(ref_dir / "init.pt"), "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
         }
 
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
@@ -209,7 +210,9 @@ class _Evaluation:
             env["CUDA_VISIBLE_DEVICES"] = ""
         if self.isolate and role in SOLUTION_ROLES:
             # Solution code may write its own worker directory and its extension build; nothing else.
-            job.update(confine=True, writable=[str(self.eval_dir / role), env["TORCH_EXTENSIONS_DIR"]])
+            # The run worker only imports what the build worker built: its extension directory is read-only.
+            writable = [str(self.eval_dir / role)] + ([env["TORCH_EXTENSIONS_DIR"]] if role == "build" else [])
+            job.update(confine=True, writable=writable)
             job["cgroup_procs"] = self._worker_cgroup()
         worker = WorkerProcess(role, job, self.eval_dir, env, pass_fds, isolate=self.isolate, cancel=self.cancel)
         self.workers.append(worker)
@@ -220,7 +223,7 @@ class _Evaluation:
             self._stages()
         finally:
             self._close_workers()
-            self.reference.close_write_end()  # pooled and not built: no reference worker ever took it
+            self.handover.close()  # pooled and not built: no worker ever took its end
 
     def _close_workers(self) -> None:
         """Kill every worker (their reports are in; an orderly exit of a torch process costs
@@ -249,7 +252,7 @@ class _Evaluation:
             return
         if (pooled and not built) or (built and recorder and not self._install_recorder(recorder)):
             return
-        run = self.spawn("run", hold=True) if pooled and built else None
+        run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
         with self.lanes.device(self.cancel) as device:
             if pooled:
@@ -266,8 +269,16 @@ class _Evaluation:
                     self._record_baselines(baselines, ref_info["baselines_cached"])
                 if run is not None:
                     run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote init.pt
-                self._run_stage(run or self.spawn("run"), ref)
+                self._run_stage(run or self._spawn_with_handover("run", hold=False), ref)
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
+
+    def baselines_only(self) -> None:
+        ref = self._spawn_reference(hold=False)
+        info = self._reference_stage(ref, "reference")
+        self.m.device = info["device"]
+        if not info["baselines_cached"]:
+            ref.send("go")
+        self._record_baselines(self._reference_stage(ref, "baselines"), info["baselines_cached"])
 
     def _install_recorder(self, build: Future) -> bool:
         """The run worker's operator recorder, compiled in this process (trusted code)."""
@@ -291,10 +302,14 @@ class _Evaluation:
         return cgroup.procs_files()
 
     def _spawn_reference(self, hold: bool) -> WorkerProcess:
-        ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,),
-                         hold=hold)
-        self.reference.close_write_end()
-        return ref
+        return self._spawn_with_handover("reference", hold)
+
+    def _spawn_with_handover(self, role: str, hold: bool) -> WorkerProcess:
+        """The run or reference worker, with its end of the hand-over socket (the judge's copy closed)."""
+        fd = self.handover.fd(role)
+        worker = self.spawn(role, {"handover_fd": fd}, (fd,), hold=hold)
+        self.handover.close(role)
+        return worker
 
     def _build_stage(self) -> bool:
         if self.lanes.pooled and self.lanes.install_cached_build(self.eval_dir / "solution", self.cfg):
@@ -312,11 +327,9 @@ class _Evaluation:
             self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
 
     def _from_reference(self, ref: WorkerProcess, name: str) -> dict:
-        """Report ``name`` of the reference worker ("checked": the frame it wrote); its failures
-        are the task's."""
+        """Report ``name`` of the reference worker; its failures are the task's."""
         try:
-            payload = ref.wait_for(name, self.cfg.reference_timeout_s)
-            return self.reference.next(self.cfg.reference_timeout_s) if name == "checked" else payload
+            return ref.wait_for(name, self.cfg.reference_timeout_s)
         except StageFailure as exc:
             if exc.kind == TASK_ERROR:
                 raise TaskError(f"task failed in the reference run: {exc.detail.strip().splitlines()[-1]}") from None
@@ -327,10 +340,14 @@ class _Evaluation:
         start = time.monotonic()
         try:
             return action() or True
+        except CheckFailed:
+            return None
         except StageFailure as exc:
             kind = exc.kind
             if compile_stage and kind == ErrorKind.TIMEOUT:
                 kind = ErrorKind.COMPILE_TIMEOUT
+            if kind == ErrorKind.COMPILE_ERROR:  # also from the run worker: a build it refused
+                self.m.compiled = False
             if kind == ErrorKind.VIOLATION:
                 self.m.violations.append(exc.detail)
             self.m.fail(kind, exc.detail)
@@ -347,29 +364,53 @@ class _Evaluation:
             self.m.compile_us = self.m.compile_stats.median_us
 
     def _run_stage(self, run: WorkerProcess, ref: WorkerProcess) -> None:
-        """Verified trials, then timing with spot checks, then the post-timing trials; every
-        checked call is compared with the reference outputs of its own seed."""
+        """Verified trials, then timing with spot checks, then the post-timing trials; each
+        checked call is checked by the reference worker as soon as it returned (one at a time)."""
         deadline = time.monotonic() + self.cfg.run_timeout_s
-        report = self._stage("verify", lambda: run.wait_for("outputs", self.cfg.run_timeout_s))
+        report = self._stage("verify", lambda: self._serve_checks(run, ref, "outputs", self.cfg.run_timeout_s))
         if not report:
             return
-        verified = self._no_violations(report) and self._check(ref, run, report["trials"], TRIAL, "check")
-        if not verified or self.stop_after == "verify":
+        self._note_rss("run", report)
+        if not self._no_violations(report) or self.stop_after == "verify":
             run.send("stop")
             return
         run.send("go")
         remaining = max(deadline - time.monotonic(), 1.0)
-        timing = self._stage("timing", lambda: run.wait_for("timing", remaining))
+        timing = self._stage("timing", lambda: self._serve_checks(run, ref, "timing", remaining))
         if not timing:
             self.m.correct = False
             return
+        self._note_rss("run", timing)
         self.m.runtime_stats = TimingStats(**timing["runtime"])
         self.m.runtime_us = self.m.runtime_stats.median_us
         self.m.stage_seconds["spot_checks"] = float(timing.get("spot_check_s", 0.0))
-        if self._no_violations(timing) and self._check(ref, run, timing["spot_checks"], TIMED_RUN, "spot_checks"):
-            self._check(ref, run, timing["post_trials"], TRIAL, "check")
+        self._no_violations(timing)
         if not self.m.correct:
             self.m.runtime_us = None
+
+    def _serve_checks(self, run: WorkerProcess, ref: WorkerProcess, until: str, timeout_s: float) -> dict:
+        """The run worker's reports up to ``until``: each checked call it reports ("kept") is
+        checked by the reference worker before the run worker may go on ("next"). A failed check
+        stops the run worker and the stage (CheckFailed; the verdict is recorded)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            phase, payload = run.wait_for_any(("kept", until), max(deadline - time.monotonic(), 0.1))
+            if phase == until:
+                return payload
+            start, kind = time.monotonic(), TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
+            ref.send("check", int(payload["seed"]), peer=run.nonce)
+            result = self._from_reference(ref, "checked")
+            self._note_rss("reference", result)
+            if kind == TRIAL:
+                self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
+            if not self.checks.record(kind, payload, result):
+                run.send("stop")
+                raise CheckFailed()
+            run.send("next")
+
+    def _note_rss(self, role: str, payload: dict) -> None:
+        if payload.get("max_rss_mb") is not None:
+            self.m.worker_max_rss_mb[role] = max(self.m.worker_max_rss_mb.get(role, 0.0), float(payload["max_rss_mb"]))
 
     def _no_violations(self, report: dict) -> bool:
         found = [str(v) for v in report.get("violations", [])]
@@ -378,19 +419,6 @@ class _Evaluation:
             self.m.fail(ErrorKind.VIOLATION, "; ".join(found))
         return not found
 
-    def _check(self, ref: WorkerProcess, run: WorkerProcess, record: dict, kind: str, stage: str) -> bool:
-        """Compare the calls a run-worker record names with reference outputs the reference
-        worker computes now, for their seeds; the time counts towards ``stage``."""
-        calls = record.get("calls") or []
-        if not calls:
-            return True
-        start = time.monotonic()
-        try:
-            data = self.checks.load(record, run.dir)
-            if data is None:
-                return False
-            ref.send("check", tuple(int(call["seed"]) for call in calls))
-            reference = self._from_reference(ref, "checked")
-            return self.checks.compare(kind, calls, data, reference)
-        finally:
-            self.m.stage_seconds[stage] = self.m.stage_seconds.get(stage, 0.0) + time.monotonic() - start
+
+class CheckFailed(Exception):
+    """A checked call failed; the measurement holds why."""

@@ -95,6 +95,8 @@ class Measurement:
     isolation: str = ""
     # Wall-clock seconds per stage (build, reference, baselines, verify, check, timing, spot_checks).
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # Peak resident memory of the run and reference workers, MiB (one trial at a time bounds it).
+    worker_max_rss_mb: dict[str, float] = field(default_factory=dict)
     # Tails of the build and run logs.
     logs: dict[str, str] = field(default_factory=dict)
 

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from .measurement import ErrorKind
 from .placement import format_cpus
-from .protocol import Command
+from .protocol import NONCE_COMMANDS, Command
 
 # Seconds between looks at a worker's reports, exit and cancel flag.
 POLL_S = 0.02
@@ -66,6 +66,11 @@ class WorkerProcess:
     def wait_for(self, name: str, timeout_s: float) -> dict:
         """The payload of report ``name``; raise StageFailure on an error report, a forged
         report, an exit before reporting, or the timeout."""
+        return self.wait_for_any((name,), timeout_s)[1]
+
+    def wait_for_any(self, names: tuple[str, ...], timeout_s: float) -> tuple[str, dict]:
+        """(phase, payload) of the next report, which must be one of ``names``."""
+        name = " or ".join(names)
         deadline, exited_at = time.monotonic() + timeout_s, None
         while True:
             # Read before looking: a reader that had finished before an empty get() left nothing behind.
@@ -75,7 +80,7 @@ class WorkerProcess:
             except queue.Empty:
                 line = None
             if line:
-                return self._accept(line, name)
+                return self._accept(line, names)
             now = time.monotonic()
             if self.proc.poll() is not None:
                 exited_at = exited_at or now
@@ -90,7 +95,7 @@ class WorkerProcess:
                 self.kill()
                 raise Cancelled(f"evaluation cancelled while waiting for {self.role}: {name}")
 
-    def _accept(self, line: bytes, name: str) -> dict:
+    def _accept(self, line: bytes, names: tuple[str, ...]) -> tuple[str, dict]:
         try:
             report = json.loads(line)
             genuine = isinstance(report, dict) and report.get("nonce") == self.nonce
@@ -101,21 +106,21 @@ class WorkerProcess:
                                                     f"{self.role} worker (wrong or missing nonce)")
         if report.get("phase") == "error":
             raise StageFailure(report["payload"]["kind"], report["payload"]["detail"])
-        if report.get("phase") != name:
+        if report.get("phase") not in names:
             raise StageFailure(ErrorKind.SANDBOX_ERROR, f"{self.role} worker reported {report.get('phase')!r}, "
-                                                        f"expected {name!r}")
-        return report["payload"]
+                                                        f"expected {' or '.join(names)}")
+        return report["phase"], report["payload"]
 
     def start(self, device: str, cpus: tuple[int, ...] = ()) -> None:
         """Release a held worker onto ``device`` (a CUDA_VISIBLE_DEVICES entry) and, when
         given, its lane's host cores."""
         self._write(f"start {device or '-'} {format_cpus(cpus)}")
 
-    def send(self, command: str, seeds: tuple[int, ...] = ()) -> None:
-        """Send a command; "go" and "check" carry a fresh nonce, which later reports must repeat."""
-        if command in ("go", "check"):
+    def send(self, command: str, seed: int = 0, peer: str = "") -> None:
+        """Send a command; "go", "next" and "check" carry a fresh nonce, which later reports must repeat."""
+        if command in NONCE_COMMANDS:
             self.nonce = secrets.token_hex(16)
-            self._write(Command(command, self.nonce, tuple(seeds)).line())
+            self._write(Command(command, self.nonce, seed, peer).line())
         else:
             self._write(Command("stop").line())
 

@@ -10,10 +10,11 @@ Roles:
   command, with spot checks and post-timing trials. Runs solution code.
 
 Each worker reports to the judge over a pipe (one JSON line per phase, or an error), and takes
-commands (``sandbox.protocol``: "go", "check", "stop") on stdin, so that the judge decides when
-timing may use the device. Every report carries the nonce of the latest command: a line that
-solution code writes into the pipe without it is a forgery the judge rejects. Bulk tensors
-(outputs) go to files in the worker's own directory, named in the report with their digest.
+commands (``sandbox.protocol``: "go", "next", "check", "stop") on stdin, so that the judge decides
+when timing may use the device. Every report carries the nonce of the latest command: a line that
+solution code writes into the pipe without it is a forgery the judge rejects. A checked call's
+output goes from the run worker to the reference worker in sealed shared memory
+(``sandbox.handover``), one call at a time; no trial data is written to a file.
 Anything the solution prints goes to the worker's log, not to the judge's stdout.
 
 Inputs come from seeds: the run worker draws one from the OS right before each call of the
@@ -24,10 +25,11 @@ device and computes the reference for them.
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import platform
+import resource
+import socket
 import sys
 import traceback
 from pathlib import Path
@@ -37,16 +39,20 @@ import torch
 
 from .baselines import baseline_cache_path, load_baselines, store_baselines
 from .placement import parse_cpus, pin_process
-from .config import TimingConfig
+from .checks import TIMED_RUN, TRIAL, judge_call
+from .config import SandboxConfig, TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
 from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
+from .extensions import Builds
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
+from .handover import HandoverError, receive_output, send_output
 from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
-                     inputs_digest, load_module, same_inputs, save_tensors, seeded_inputs, to_cpu_copy)
-from .protocol import Command, digest, frame
+                     inputs_digest, load_module, save_tensors, seeded_inputs)
+from .protocol import Command
+from .trial_size import check_trial_fits
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
 
 
@@ -75,7 +81,7 @@ class Channel:
         return words[1], parse_cpus(words[2] if len(words) == 3 else "-")
 
     def wait_command(self) -> Command:
-        """The judge's next command; "go" and "check" bring the nonce later reports carry."""
+        """The judge's next command; all but "stop" bring the nonce later reports carry."""
         command = Command.parse(self._read_line())
         if command.name != "stop":
             self.nonce = command.nonce
@@ -110,12 +116,13 @@ def timing_config(job: dict) -> TimingConfig:
 # ---------------------------------------------------------------- roles
 
 def role_reference(job: dict, out: Path, channel: Channel) -> None:
-    """Weights for the run worker, the baselines, then the reference outputs for the seeds of the
-    calls the judge checks, as often as it asks (the worker stays until told to stop)."""
+    """Weights for the run worker, the baselines, then a check of each output the run worker
+    hands over, as often as the judge asks (the worker stays until told to stop)."""
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
     model = reference_model(task, job, out, device)
+    check_trial_fits(task, job, device)
     check_reproducible_inputs(task, device)
     release_cached_memory(device)
     cache_path = baseline_cache_path(job, device_name(device))
@@ -123,17 +130,48 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
     channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
     if baselines is not None:
         channel.report("baselines", baselines)
-    with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
-        while (command := channel.wait_command()).name != "stop":
-            if command.name == "go" and baselines is None:
-                baselines = time_baselines(task, model, job, device)
-                store_baselines(cache_path, baselines)
-                channel.report("baselines", baselines)
-            elif command.name == "check":
-                pipe.write(frame(reference_frame(task, model, command.seeds, device)))
-                pipe.flush()
-                release_cached_memory(device)
-                channel.report("checked", {"count": len(command.seeds)})
+    handover = socket.socket(fileno=job["handover_fd"])
+    handover.settimeout(HANDOVER_TIMEOUT_S)
+    cfg = SandboxConfig(backend=job["backend"], tolerance=job["tolerance"])
+    while (command := channel.wait_command()).name != "stop":
+        if command.name == "go" and baselines is None:
+            baselines = time_baselines(task, model, job, device)
+            store_baselines(cache_path, baselines)
+            channel.report("baselines", baselines)
+        elif command.name == "check":
+            result = check_call(task, model, handover, command, device, cfg)
+            release_cached_memory(device)
+            channel.report("checked", dict(result, max_rss_mb=max_rss_mb()))
+
+
+# Seconds the reference worker waits for a hand-over the run worker has already reported.
+HANDOVER_TIMEOUT_S = 30.0
+
+
+def check_call(task, model, handover: socket.socket, command: Command, device: torch.device,
+               cfg: SandboxConfig) -> dict:
+    """Take the run worker's handed-over output, regenerate the call's inputs from its seed,
+    compute the reference and compare, here (the run worker never holds a reference output)."""
+    try:
+        header, output = receive_output(handover, command.peer, device)
+        if int(header.get("seed", -1)) != command.seed:
+            raise HandoverError("the hand-over is not the call the judge asked about")
+    except (HandoverError, OSError, ValueError) as exc:  # OSError: nothing arrived in time
+        return {"forged": str(exc)}
+    with torch.no_grad():
+        inputs = seeded_inputs(task, command.seed, device)
+        given = inputs_digest(inputs)
+        try:
+            expected = model(*inputs)
+        except Exception as exc:
+            raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
+        del inputs
+        return dict(judge_call(expected, output, cfg), inputs_given=given)
+
+
+def max_rss_mb() -> float:
+    """This process's peak resident memory (what bounded trial data is measured by)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.nn.Module:
@@ -153,26 +191,12 @@ def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.n
 
 def check_reproducible_inputs(task, device: torch.device) -> None:
     """Checked calls are recomputed from their seeds: get_inputs() must give the same inputs for
-    the same seed (a task drawing from another generator would fail every honest solution)."""
+    the same seed (a task drawing from another generator would fail every honest solution).
+    Compared by digest, so that only one input set exists at a time."""
     seed = fresh_seed()
-    if not same_inputs(seeded_inputs(task, seed, device), seeded_inputs(task, seed, device)):
+    first = inputs_digest(seeded_inputs(task, seed, device))
+    if inputs_digest(seeded_inputs(task, seed, device)) != first:
         raise WorkerFailure(TASK_ERROR, "get_inputs() is not reproducible under torch.manual_seed / random.seed")
-
-
-def reference_frame(task, model, seeds: tuple[int, ...], device: torch.device) -> bytes:
-    """The inputs and the reference outputs of these seeds, serialised for the judge."""
-    given, outputs = [], []
-    with torch.no_grad():
-        for seed in seeds:
-            inputs = seeded_inputs(task, seed, device)
-            given.append(inputs_digest(inputs))
-            try:
-                outputs.append(to_cpu_copy(model(*inputs)))
-            except Exception as exc:
-                raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
-    payload = io.BytesIO()
-    torch.save({"inputs": given, "outputs": outputs}, payload)
-    return payload.getvalue()
 
 
 def time_baselines(task, model, job: dict, device: torch.device) -> dict:
@@ -248,8 +272,25 @@ def role_build(job: dict, out: Path, channel: Channel) -> None:
         report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds)
     # Only compilers ran so far (the object cache needed writing); solution code starts here.
     confine_if_asked(job)
-    import_solution(solution_dir)
+    builds = Builds()
+    builds.record_failures()
+    model_cls = import_solution(solution_dir)
+    construct_for_builds(model_cls, Path(job["task_path"]))
+    if builds.failure():  # a failed load_inline, even one the solution caught and fell back from
+        raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(builds.failure()))
     channel.report("build", report)
+
+
+def construct_for_builds(model_cls, task_path: Path) -> None:
+    """ModelNew's __init__ once, on the meta device (no memory, no GPU): load_inline calls made
+    there compile here, in the build worker, like those at import. Other failures of __init__
+    are the run worker's to report, on the real device."""
+    try:
+        init_inputs = check_inputs(call_task(load_module(task_path, "model"), "get_init_inputs"), "get_init_inputs")
+        with torch.device("meta"):
+            model_cls(*init_inputs)
+    except Exception:
+        pass
 
 
 def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
@@ -297,51 +338,65 @@ class SeededCalls:
         return inputs
 
 
-class CheckedCalls:
-    """Calls whose outputs the judge compares with the reference (verified trials, spot-checked
-    timed runs): label, seed, a copy of the output and the digest of the inputs as the call left
-    them, taken as soon as the call has returned, while the recorder still watches."""
+class Stopped(Exception):
+    """The judge said stop instead of "next": a checked call failed; the worker ends quietly."""
 
-    def __init__(self):
-        self.calls: list[dict] = []
-        self.outputs: list = []
+
+class Handover:
+    """Checked calls (verified trials, spot-checked timed runs): right after the call returned,
+    while the recorder still watches, the digest of its inputs as it left them and its output
+    go to the reference worker (sealed shared memory); the judge has it checked there, then says
+    "next". One call at a time: nothing of a checked call outlives its check."""
+
+    def __init__(self, job: dict, channel: Channel, guard):
+        self.sock = socket.socket(fileno=job["handover_fd"])
+        self.channel, self.guard, self.limit = channel, guard, job["max_output_mb"] << 20
         self.seconds = 0.0
 
-    def keep(self, label: str, seed: int, call: Call) -> None:
+    def check(self, kind: str, label: str, seed: int, call: Call) -> None:
         start = _perf_counter()
-        self.outputs.append(to_cpu_copy(call.output))
-        self.calls.append({"label": label, "seed": seed, "inputs_after": inputs_digest(call.inputs)})
+        record = {"kind": kind, "label": label, "seed": seed}
+        send_output(self.sock, call.output, dict(record, nonce=self.channel.nonce), self.limit)
+        if self.guard:
+            self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
+        record["inputs_after"] = inputs_digest(call.inputs)
+        self.channel.report("kept", record)
+        proceed = self.channel.wait_command().name == "next"
         self.seconds += _perf_counter() - start
-
-    def save(self, path: Path) -> dict:
-        """Write the copies; the returned record (with their digest) goes into the report."""
-        data = save_tensors(path, {"outputs": self.outputs})
-        return {"path": str(path), "sha256": digest(data), "calls": self.calls}
+        if not proceed:
+            raise Stopped()
 
 
-def checked_calls(caller: Caller, inputs: SeededCalls, labels: list[str], guard) -> CheckedCalls:
-    """Call forward once per label and keep every call (the verified trials)."""
-    kept = CheckedCalls()
+def checked_calls(caller: Caller, inputs: SeededCalls, labels: list[str], guard, handover: Handover) -> None:
+    """Call forward once per label and have every call checked (the verified trials)."""
     for label in labels:
         call = caller()
-        kept.keep(label, inputs.seed, call)
+        handover.check(TRIAL, label, inputs.seed, call)
         del call  # the output is gone before the next call, as after every timed run
     if guard:
         guard.leave_call()
     if caller.cuda:
         torch.cuda.synchronize()  # surface asynchronous kernel faults here
-    return kept
 
 
 @contextlib.contextmanager
-def solution_errors(prefix: str = ""):
-    """An exception from solution code (or a CUDA fault it caused) is the solution's runtime error."""
+def solution_errors(prefix: str = "", builds: Builds | None = None):
+    """An exception from solution code (or a CUDA fault it caused) is the solution's runtime error;
+    a build it tried here (refused: builds happen in the build worker) is a compile error, even
+    when the solution caught the refusal."""
     try:
         yield
-    except WorkerFailure:
+    except (WorkerFailure, Stopped):
         raise
     except Exception as exc:
+        refused_build(builds)
         raise WorkerFailure(ErrorKind.RUNTIME_ERROR, prefix + describe_exception(exc)) from None
+    refused_build(builds)
+
+
+def refused_build(builds: Builds | None) -> None:
+    if builds is not None and builds.failure():
+        raise WorkerFailure(ErrorKind.COMPILE_ERROR, builds.failure())
 
 
 def guarded_forward(model: torch.nn.Module, guard):
@@ -371,33 +426,36 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
     set_arch_env(job)
     cap_device_memory(job, device)
     confine_if_asked(job)
+    builds = Builds()
+    builds.import_only()  # nothing compiles here: the build worker built what the solution loads
     model_cls = import_solution(Path(job["solution_dir"]))
     cfg, n_pre = timing_config(job), job["num_correct_trials"]
-    with solution_errors():
+    with solution_errors(builds=builds):
         torch.manual_seed(job["init_seed"])
         model = model_cls(*init["init_inputs"])
         weights_loaded = load_matching_weights(model, init["state_dict"])
         caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
         if guard:
             guard.arm()
-        trials = checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard)
-    channel.report("outputs", {"weights_loaded": weights_loaded, "trials": trials.save(out / "outputs.pt"),
+        handover = Handover(job, channel, guard)
+        checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard, handover)
+    channel.report("outputs", {"weights_loaded": weights_loaded, "max_rss_mb": max_rss_mb(),
                                "violations": run_violations(guard, harness, watched, task_before, task)})
     if channel.wait_command().name != "go":
         return
-    spot = CheckedCalls()
+    handover.seconds = 0.0
 
     def spot_check(i: int, call: Call) -> None:
         if chance(cfg.spot_check_probability):  # drawn only now that the run has returned
-            spot.keep(f"timed run {i}", inputs.seed, call)
+            handover.check(TIMED_RUN, f"timed run {i}", inputs.seed, call)
 
-    with solution_errors("during timing: "):
+    with solution_errors("during timing: ", builds):
         samples = timed_runs(caller, cfg, spot_check)
-        post = checked_calls(caller, inputs, [f"trial {n_pre + k} after timing"
-                                              for k in range(job["post_timing_trials"])], guard)
-    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__,
-                              "spot_checks": spot.save(out / "spot_outputs.pt"), "spot_check_s": spot.seconds,
-                              "post_trials": post.save(out / "post_outputs.pt"),
+        spot_check_s = handover.seconds
+        checked_calls(caller, inputs, [f"trial {n_pre + k} after timing" for k in range(job["post_timing_trials"])],
+                      guard, handover)
+    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "spot_check_s": spot_check_s,
+                              "max_rss_mb": max_rss_mb(),
                               "violations": run_violations(guard, harness, watched, task_before, task)})
 
 
@@ -408,12 +466,12 @@ def run_violations(guard, harness: dict, watched: list, task_before: dict, task)
     return violations + task_tampering(task_before, task)
 
 
-def apply_limits(job: dict) -> None:
+def apply_limits(job: dict, role: str = "") -> None:
     """Per-evaluation caps on what a worker may consume (hard limits: the solution cannot raise
-    them unless it runs as root)."""
-    import resource
-
-    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, job["file_size_limit_mb"] << 20)]
+    them unless it runs as root). data_gen's filter workers use them too (no role)."""
+    # The run worker's outputs are files too (memfds handed to the reference worker).
+    files_mb = max(job["file_size_limit_mb"], job["max_output_mb"]) if role == "run" else job["file_size_limit_mb"]
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, files_mb << 20)]
     if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
         caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
     for which, value in caps:
@@ -424,9 +482,9 @@ def apply_limits(job: dict) -> None:
 
 def harness_modules() -> list:
     """Modules whose functions the verdict depends on inside this process (this one included)."""
-    from . import guards, inputs, measurement, protocol, recorder, timing
+    from . import guards, handover, inputs, measurement, protocol, recorder, timing
 
-    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, inputs,
+    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, inputs, handover,
             sys.modules[confine.__module__]]
 
 
@@ -470,8 +528,10 @@ def main(argv: list[str]) -> int:
         if job["backend"] == "cuda":
             os.environ["CUDA_VISIBLE_DEVICES"] = "" if device == "-" else device
     try:
-        apply_limits(job)
+        apply_limits(job, role)
         ROLES[role](job, out, channel)
+    except Stopped:
+        pass
     except WorkerFailure as exc:
         channel.report("error", {"kind": exc.kind, "detail": exc.detail})
     except Exception:

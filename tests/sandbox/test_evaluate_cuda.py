@@ -254,3 +254,51 @@ def test_kernel_on_the_current_stream_passes_every_spot_check(cfg):
     m = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_workspace", with_spot_checks(cfg, 1.0))
     assert m.correct and m.error is None, (m.error, m.error_detail)
     assert m.spot_checks == COUNTED_TIMING["repeats"] and m.stage_seconds["spot_checks"] > 0
+
+
+# ------------------------------------------------------------------ trial data at KernelBench's sizes (issue 16)
+
+BIG_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+def get_inputs():
+    return [torch.randn({rows}, {cols}), torch.randn({rows}, {cols})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def big_task(tmp_path: Path, rows: int, cols: int) -> Path:
+    task = tmp_path / f"relu_add_{rows}x{cols}.py"
+    task.write_text(BIG_TASK.format(rows=rows, cols=cols))
+    return task
+
+
+def test_six_gib_of_trial_data_is_judged_through_device_memory_only(cfg, tmp_path):
+    # Two 2 GiB inputs and a 2 GiB output (19_ReLU's input is 6 GiB): inputs are made on the GPU,
+    # the output crosses to the reference worker in 64 MiB steps, neither worker's host memory
+    # holds more than about one output.
+    task = big_task(tmp_path, 4096, 131072)
+    small = dataclasses.replace(cfg, num_correct_trials=2, post_timing_trials=1, compile_baseline=False,
+                                timing=dataclasses.replace(cfg.timing, repeats=5))
+    m = evaluate(task, CUDA_SOLUTIONS / "relu_add_workspace", small)
+    assert m.correct and m.error is None, (m.error, m.error_detail)
+    assert m.trials_passed == 3 and m.runtime_us > 0
+    assert m.worker_max_rss_mb["run"] < 2048 + 1500 and m.worker_max_rss_mb["reference"] < 2 * 2048 + 1500, \
+        m.worker_max_rss_mb
+
+
+def test_a_trial_larger_than_the_device_is_one_task_error_naming_the_bytes(cfg, tmp_path):
+    from sandbox.errors import TaskError
+
+    task = big_task(tmp_path, 65536, 1 << 20)  # 2 x 256 GiB of inputs
+    with pytest.raises(TaskError, match=r"one trial of this task needs \d+ bytes per worker .* bytes free on"):
+        evaluate(task, CUDA_SOLUTIONS / "relu_add_workspace", dataclasses.replace(cfg, device_memory_limit_gb=0))

@@ -1038,7 +1038,7 @@ def test_compile_bomb_is_a_compile_error(verdict):
 
 
 @evaluates(lambda ctx, p: Job(single_file(ctx, "return torch.empty(40_000_000)"),
-                              config={"file_size_limit_mb": 64, "run_timeout_s": 120}))
+                              config={"file_size_limit_mb": 64, "max_output_mb": 64, "run_timeout_s": 120}))
 def test_giant_outputs_fail_within_the_file_size_limit(verdict):
     # A stage timeout would be an error outside the accepted ones: the limit stops it early.
     assert verdict["reward"] == -1.0 and verdict["correct"] is False, describe(verdict)
