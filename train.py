@@ -32,6 +32,15 @@ Resume a killed run from its last checkpoint (same step count and optimiser stat
 
     python train.py stage=agentic_rl output_dir=runs/agentic ckpt_path=last
 
+The paper's recipe (conf/experiment/paper.yaml) or an ablation, all four stages in one command,
+each in pipeline_dir/<stage> from the previous one's checkpoint; a rerun skips finished stages
+and resumes a killed one (src/pipeline.py). A sweep runs one job per value (src/sweeps.py), its
+W&B runs in one group; src/compare.py draws their curves (docs/training.md, "Recipe and sweeps"):
+
+    python train.py experiment=paper pipeline=true trainer=gpu model=hf model.actor.name_or_path=MODEL
+    python train.py -m experiment=paper,no_rft,no_value_pretrain pipeline=true logger=wandb
+    python -m src.compare outputs/sweeps/SWEEP
+
 Writes into output_dir: checkpoints/*.ckpt (last.ckpt for resume and init_from), metrics.csv
 (logger=csv) or a W&B run (logger=wandb; offline without credentials), rollouts/*.jsonl (every
 episode's trajectory row), tasks/ (the task files), actor/ (the trained actor as an HF
@@ -56,6 +65,10 @@ from omegaconf.errors import MissingMandatoryValue
 
 ROOT = Path(__file__).resolve().parent
 USAGE_ERROR = 2
+if __name__ == "__main__":
+    # Modules that import train (src/pipeline.py) get this running module, not a second copy
+    # whose UsageError the except clauses of main() would not catch.
+    sys.modules.setdefault("train", sys.modules[__name__])
 log = logging.getLogger("train")
 
 
@@ -70,8 +83,10 @@ def _register_resolvers() -> None:
         return not (netrc.exists() and "api.wandb.ai" in netrc.read_text(errors="replace"))
 
     from src.entry import register_resolvers
+    from src.sweeps import register_resolvers as register_sweep_resolvers
 
     register_resolvers()  # --help from this docstring; sandbox.backend from the machine
+    register_sweep_resolvers()  # a sweep job's directory named from its swept overrides
     for name, fn in (("project", project), ("wandb_offline", wandb_offline)):
         if not OmegaConf.has_resolver(name):
             OmegaConf.register_new_resolver(name, fn)
@@ -180,6 +195,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from src.data.rollout import RolloutDataModule, share_pool_env
     from src.stages.checkpoints import export_actor
     from src.stages.common import load_init
+    from src.stages.loggers import finish_runs, log_run_config
 
     check_accelerator(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
@@ -198,14 +214,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
     dm.prepare()  # a task set without tasks fails here, before anything is written
     module = build_module(cfg, actor, critic, agent)
     if cfg.init_from:
-        loaded = load_init(module, cfg.init_from, tuple(cfg.stage.init_requires))
+        loaded = load_init(module, cfg.init_from, tuple(cfg.stage.init_requires), tuple(cfg.init_fresh))
         log.info("init_from %s: %s", cfg.init_from, loaded)
     elif cfg.stage.init_requires:
         log.warning("stage %s usually starts from an earlier stage's checkpoint (init_from=...); "
                     "starting from the model as configured", cfg.stage.name)
     trainer = build_trainer(cfg, out_dir)
+    log_run_config(trainer.loggers, cfg)
     share_pool_env(out_dir)
-    trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+    try:
+        trainer.fit(module, datamodule=dm, ckpt_path=ckpt)
+    finally:
+        finish_runs(trainer.loggers)
     if cfg.export_actor and trainer.is_global_zero:
         export_actor(actor, out_dir / "actor")
     return {**{k: float(v) for k, v in trainer.callback_metrics.items()}, "global_step": float(trainer.global_step)}
@@ -238,11 +258,24 @@ def known_errors() -> tuple[type, ...]:
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="train")
 def main(cfg: DictConfig) -> None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from src.pipeline import apply_settings, run_pipeline
+    from src.sweeps import job_settings
+
     try:
-        # Progress bars and Lightning's banners go to stderr, so stdout is the summary line alone.
+        settings = job_settings(cfg)  # a sweep job: its own directory, W&B group and name
+        # Progress bars and Lightning's banners go to stderr, so stdout is the summary alone.
         with contextlib.redirect_stdout(sys.stderr):
-            metrics = train(cfg)
-        print(summary_line(cfg, metrics))
+            if cfg.pipeline:
+                stages = run_pipeline(HydraConfig.get().overrides.task, settings)
+            else:
+                job = apply_settings(cfg, settings)
+                metrics = train(job)
+        if cfg.pipeline:
+            print(f"pipeline: {', '.join(stages)} done in {cfg.pipeline_dir}")
+        else:
+            print(summary_line(job, metrics))
     except MissingMandatoryValue as exc:
         print(f"error: {exc.full_key} must be set, e.g. {exc.full_key}=VALUE on the command line", file=sys.stderr)
         sys.exit(USAGE_ERROR)
@@ -253,11 +286,12 @@ def main(cfg: DictConfig) -> None:
 
 def check_group_choices(argv: list[str], conf_dir: Path = ROOT / "conf") -> str:
     """Empty, or one line naming a config group option given on the command line that does not
-    exist (Hydra's own message is several lines and exits 1)."""
+    exist (Hydra's own message is several lines and exits 1). Hydra's own groups (hydra/launcher:
+    plugins add options) are left to Hydra."""
     for arg in argv:
         key, sep, value = arg.lstrip("+~").partition("=")
         group = conf_dir / key.replace(".", "/")
-        if not sep or not group.is_dir() or "," in value or value in ("null", ""):
+        if not sep or not group.is_dir() or "," in value or value in ("null", "") or key.startswith("hydra"):
             continue
         options = sorted(p.stem for p in group.glob("*.yaml"))
         if value not in options:

@@ -266,14 +266,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         sys.exit("error: --device cuda but no CUDA GPU is visible (use --device cpu)")
     report: dict[str, Any] = {"args": vars(args), "torch": torch.__version__,
                               "gpu": torch.cuda.get_device_name(0) if args.device == "cuda" else None}
-    if not args.skip_ours:
-        report["ours"] = run_ours(args)
-    if not args.skip_trl:
-        report["trl"] = run_trl(args)
-    if args.agentic_steps:
-        report["agentic"] = run_agentic(args)
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
+    parts = [("ours", run_ours, not args.skip_ours), ("trl", run_trl, not args.skip_trl),
+             ("agentic", run_agentic, bool(args.agentic_steps))]
+    for name, run, wanted in parts:
+        if not wanted:
+            continue
+        start = time.monotonic()
+        report[name] = run(args)
+        report[name]["part_wall_s"] = time.monotonic() - start
+        if args.out:  # after every part: a run cut short still leaves what it measured
+            Path(args.out).write_text(json.dumps(report, indent=2))
+        print(f"{name} done in {report[name]['part_wall_s']:.1f} s", file=sys.stderr, flush=True)
     print(markdown(report))
     return report
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 import json
 import os
 import queue
-import signal
 import subprocess
-import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from sandbox.judge import ISOLATION_PREFIX, descendants, describe_exit, namespaces_available
+from sandbox.process import describe_exit, kill_tree, namespaces_available, worker_command as sandbox_command
 
 from .compose import Candidate
 from .filter_worker import OUT_OF_DEVICE_MEMORY, RUBRICS
@@ -105,10 +103,7 @@ class FilterResult:
 
 
 def worker_command(job_path: Path, isolate: bool) -> list[str]:
-    command = [sys.executable, "-m", "data_gen.filter_worker", str(job_path)]
-    if not (isolate and namespaces_available() == ""):
-        return command
-    return [*ISOLATION_PREFIX, "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
+    return sandbox_command("data_gen.filter_worker", [str(job_path)], isolate and namespaces_available() == "")
 
 
 def job_for(cfg: FilterConfig, task_path: Path, result_path: Path, lock_path: str) -> dict[str, Any]:
@@ -167,13 +162,7 @@ def wait_or_kill(proc: subprocess.Popen, timeout_s: float) -> str:
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        for pid in [proc.pid, *descendants(proc.pid)]:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-        proc.wait()
+        kill_tree(proc)
         return f"timeout after {timeout_s:g} s"
     return "" if code == 0 else f"worker {describe_exit(code)}"
 

@@ -13,7 +13,12 @@ Synopsis:
                                [--tolerance kernelbench|paper] [--json]
     python -m sandbox evaluate-batch --manifest IN.jsonl --out OUT.jsonl [--workers N]
                                [--backend cpu|cuda] [--pool local|ray]
+    python -m sandbox baselines --benchmark-root DIR --out OUT.jsonl [--backend cpu|cuda]
+                               [--no-compile-baseline]
     python -m sandbox demo
+
+baselines times eager and torch.compile for every task file under DIR (one line per task in
+OUT, into the shared baseline cache; ids already in OUT are skipped, so it resumes).
 
 With --json, stdout carries exactly one JSON object, whatever the solution prints. Exit status
 is 0 whenever an evaluation result was produced (reward -1 included) and 2 for unusable
@@ -61,6 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     batch.add_argument("--build-workers", type=int, default=None, help="builds at once (default: half the cores)")
     batch.add_argument("--pool", choices=["local", "ray"], default="local", help="pool engine (default local)")
     add_judging_options(batch)
+    base = sub.add_parser("baselines", help="time eager and torch.compile for every task of a benchmark")
+    base.add_argument("--benchmark-root", required=True, help="directory of task files (searched recursively)")
+    base.add_argument("--out", required=True, help="JSONL of baseline times (appended; ids already there are skipped)")
+    add_judging_options(base)
     demo = sub.add_parser("demo", help="judge the bundled example kernel (relu_add, workspace form)")
     demo.add_argument("--backend", choices=["cpu", "cuda"], default=None,
                       help="default: cuda when a GPU is visible, else cpu")
@@ -159,11 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from .judge import evaluate
 
-    if args.command == "evaluate-batch":
+    if args.command in ("evaluate-batch", "baselines"):
+        from .baselines_cli import run_baselines
         from .batch import run_batch
 
         try:
-            return run_batch(args, config_from_args(args))
+            run = run_batch if args.command == "evaluate-batch" else run_baselines
+            return run(args, config_from_args(args))
         except (TaskError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return USAGE_ERROR

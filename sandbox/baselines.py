@@ -15,6 +15,11 @@ from pathlib import Path
 
 import torch
 
+from .timing import METHOD_VERSION
+
+# Timing settings that decide which outputs are checked, not what a baseline measures.
+NOT_IN_KEY = ("spot_check_probability",)
+
 
 def software_versions() -> dict[str, str | None]:
     versions = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda}
@@ -28,8 +33,9 @@ def software_versions() -> dict[str, str | None]:
 
 def baseline_cache_path(job: dict, device: str) -> Path:
     task_hash = hashlib.sha256(Path(job["task_path"]).read_bytes()).hexdigest()
+    timing = {k: v for k, v in job["timing"].items() if k not in NOT_IN_KEY}
     key = json.dumps({"task": task_hash, "backend": job["backend"], "device": device,
-                      "software": software_versions(), "timing": job["timing"],
+                      "software": software_versions(), "timing": timing, "method": METHOD_VERSION,
                       "compile_baseline": job["compile_baseline"]}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()
     return Path(job["cache_root"]) / "baselines" / f"{digest}.json"

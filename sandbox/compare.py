@@ -1,7 +1,8 @@
 """Recursive output comparison: structure, type, shape, dtype, then values.
 
-Runs in the judge on outputs loaded with ``torch.load(weights_only=True)``, so nothing the
-solution produced can execute code here.
+Runs in the reference worker (trusted code only) on outputs rebuilt from the run worker's
+sealed shared memory (``sandbox.handover``: plain tensors and containers, no pickles), so
+nothing the solution produced can execute code here; large tensors are compared in chunks.
 """
 from __future__ import annotations
 
@@ -53,23 +54,43 @@ def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str],
     if ref.is_complex():  # compare real and imaginary parts as a trailing dimension of 2
         ref, out = torch.view_as_real(ref), torch.view_as_real(out)
     tol = tolerance_for(str(ref.dtype).replace("torch.", ""))
-    ref64, out64 = ref.to(torch.float64), out.to(torch.float64)
-    ref_bad, out_bad = ~torch.isfinite(ref64), ~torch.isfinite(out64)
+    bad = ref_bad = out_bad = 0
+    max_abs, pattern_ok = 0.0, True
+    for r, o in zip(_chunks(ref), _chunks(out)):
+        part = _compare_chunk(r, o, tol)
+        pattern_ok &= part[0]
+        bad, max_abs = bad + part[1], max(max_abs, part[2])
+        ref_bad, out_bad = ref_bad + part[3], out_bad + part[4]
     # Non-finite values must match the reference exactly (same places, same values).
-    if not torch.equal(ref_bad, out_bad) or not torch.equal(ref64[ref_bad].nan_to_num(), out64[out_bad].nan_to_num()):
+    if not pattern_ok:
         return Comparison(False, f"{where}: NaN/Inf pattern differs from the reference "
-                                 f"({int(out_bad.sum())} non-finite vs {int(ref_bad.sum())})")
-    finite = ~ref_bad
-    all_finite = bool(finite.all())
-    # Boolean indexing copies; skip it in the usual all-finite case (4M-element outputs: 3x faster).
-    diff = (out64 - ref64).abs() if all_finite else (out64 - ref64).abs()[finite]
-    max_abs = float(diff.max()) if diff.numel() else 0.0
-    bound = tol + tol * (ref64.abs() if all_finite else ref64.abs()[finite])
-    bad = int((diff > bound).sum())
+                                 f"({out_bad} non-finite vs {ref_bad})")
     if bad:
         return Comparison(False, f"{where}: {bad}/{ref.numel()} values outside atol=rtol={tol:g} "
                                  f"(max abs diff {max_abs:.3g})", max_abs)
     return Comparison(True, "", max_abs)
+
+
+# Elements compared at a time: float64 copies of a whole multi-GiB output would not fit.
+CHUNK_ELEMENTS = 1 << 24
+
+
+def _chunks(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    return t.reshape(-1).split(CHUNK_ELEMENTS)
+
+
+def _compare_chunk(ref: torch.Tensor, out: torch.Tensor, tol: float) -> tuple[bool, int, float, int, int]:
+    """(non-finite pattern equal, values outside tolerance, max abs diff, non-finite in ref, in out)."""
+    ref64, out64 = ref.to(torch.float64), out.to(torch.float64)
+    ref_bad, out_bad = ~torch.isfinite(ref64), ~torch.isfinite(out64)
+    n_ref, n_out = int(ref_bad.sum()), int(out_bad.sum())
+    if not torch.equal(ref_bad, out_bad) or not torch.equal(ref64[ref_bad].nan_to_num(), out64[out_bad].nan_to_num()):
+        return False, 0, 0.0, n_ref, n_out
+    # Boolean indexing copies; skip it in the usual all-finite case (4M-element outputs: 3x faster).
+    finite = ~ref_bad
+    diff = (out64 - ref64).abs() if not n_ref else (out64 - ref64).abs()[finite]
+    bound = tol + tol * (ref64.abs() if not n_ref else ref64.abs()[finite])
+    return True, int((diff > bound).sum()), float(diff.max()) if diff.numel() else 0.0, n_ref, n_out
 
 
 def _merge(parts: list[Comparison]) -> Comparison:

@@ -33,6 +33,10 @@ class TimingConfig:
     fresh_inputs: bool = True
     # Threads for torch and OpenMP during CPU timing; fixed so numbers are comparable.
     cpu_threads: int = 1
+    # Chance that a timed run's output is compared with the reference, drawn independently for
+    # each run after it returned (0: none). 0.25: 5 of 20 runs on average; garbage in the 10 runs
+    # that set the median goes unseen 5.6 % of the time (docs/sandbox.md, "Spot checks").
+    spot_check_probability: float = 0.25
 
 
 @dataclass(frozen=True)
@@ -74,8 +78,10 @@ class SandboxConfig:
     allowed_libraries: tuple[str, ...] = ("cublas", "cublasLt", "cudnn")
     # Extra correctness trials run after timing, on the verification buffers refilled in place.
     post_timing_trials: int = 2
-    # Largest file a worker may write (outputs, objects), in MiB (RLIMIT_FSIZE).
+    # Largest file a worker may write (objects, logs, weights), in MiB (RLIMIT_FSIZE).
     file_size_limit_mb: int = 4096
+    # Largest output of one call the run worker hands over (shared memory; host memory), in MiB.
+    max_output_mb: int = 32768
     # Host memory per worker, GiB: RLIMIT_AS (cpu backend); as root, the cgroup limit too; 0: none.
     host_memory_limit_gb: float = 32.0
     # GPU memory the solution's caching allocator may hold, GiB (torch's per-process fraction); 0: none.
@@ -110,6 +116,8 @@ class SandboxConfig:
             raise ValueError(f"pool_backend must be 'local' or 'ray', got {self.pool_backend!r}")
         if self.timing.repeats < 1:
             raise ValueError("timing.repeats must be >= 1")
+        if not 0.0 <= self.timing.spot_check_probability <= 1.0:
+            raise ValueError(f"timing.spot_check_probability must be in [0, 1], got {self.timing.spot_check_probability}")
 
     @property
     def cache_root(self) -> Path:

@@ -1,9 +1,11 @@
-"""Guards applied in the run worker around the solution's verified forward calls.
+"""Guards applied in the run worker around every call of the solution's forward.
 
 Each guard turns a way of gaming the reward into a named violation (reward -1):
-- torch operators executing inside ``ModelNew.forward``, seen at the dispatcher level, so calls
-  from Python (functional, tensor methods, module forwards, ``torch.*``) and from C++ (``at::``
-  compute inside an extension) are caught alike, while a docstring that mentions them is not;
+- torch operators executing inside ``ModelNew.forward`` (or on any other thread while the
+  solution is judged), seen by a RecordFunction callback in the dispatcher (``sandbox.recorder``),
+  so calls from Python (functional, tensor methods, module forwards, ``torch.*``) and from C++
+  (``at::`` compute inside an extension) are caught alike, in verified and timed calls alike,
+  while a docstring that mentions them is not;
 - shared libraries the solution brought in beyond the allowed ones (cuBLAS, cuDNN by default);
 - global backend flags (TF32, cuDNN, matmul precision) changed by the solution;
 - work still running on the CPU after ``forward`` returned (threads left computing).
@@ -19,13 +21,12 @@ import subprocess
 import threading
 import sysconfig
 import time
-from collections import Counter
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+
+from .recorder import OTHER_THREAD, OpRecorder
 
 # aten operators a kernel wrapper may run: allocation and initialisation of outputs ...
 ALLOCATION_OPS = {
@@ -39,6 +40,8 @@ VIEW_OPS = {
     "split", "split_with_sizes", "chunk", "unbind", "alias", "detach", "view_as", "movedim",
     "diagonal", "view_as_real", "view_as_complex", "sym_size", "sym_stride", "sym_numel",
     "sym_storage_offset", "is_contiguous", "is_same_size", "lift_fresh", "record_stream",
+    # conjugate / negative bits: no arithmetic unless a bit is set, then a copy (reading .tolist())
+    "resolve_conj", "resolve_neg",
 }
 # ... and data movement (contiguous copies, device/dtype moves, reading a scalar).
 MOVEMENT_OPS = {"clone", "copy_", "_to_copy", "to", "contiguous", "_local_scalar_dense", "item"}
@@ -62,28 +65,17 @@ BACKGROUND_CPU_FRACTION = 0.5
 BACKGROUND_WINDOW_S = 0.05
 
 
-class TorchOpRecorder(TorchDispatchMode):
-    """Records every aten operator dispatched while active, from Python or C++."""
-
-    def __init__(self):
-        super().__init__()
-        self.forbidden: Counter[str] = Counter()
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # Otherwise torch wraps __torch_dispatch__ in torch._disable_dynamo, whose first call
-        # imports torch._dynamo: one second of every evaluation, for a compiler never used here.
-        return False
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket.__name__ not in ALLOWED_OPS:
-            self.forbidden[str(func)] += 1
-        return func(*args, **(kwargs or {}))
-
-
 # Namespaces whose functions are ATen kernels called directly, bypassing the dispatcher.
 DIRECT_KERNEL_NAMESPACES = ("at::cpu::", "at::cuda::blas::", "at::native::", "at::compositeexplicitautograd::",
                             "at::compositeimplicitautograd::", "at::compositeexplicitautogradnonfunctional::")
+# Functions that switch the operator recorder off or reach operators around it (a typed
+# ``c10::Dispatcher`` handle; its inline ``call`` can be compiled without RecordFunction).
+RECORDER_BYPASS_SYMBOLS = (
+    "at::enableRecordFunction", "at::RecordFunctionGuard", "at::DisableRecordFunctionGuard",
+    "at::clearCallbacks", "at::clearGlobalCallbacks", "at::clearThreadLocalCallbacks", "at::removeCallback",
+    "at::disableCallback", "at::set_record_function_tls_", "at::ObservedOperators", "at::ThreadLocalStateGuard",
+    "at::ThreadLocalState::setThreadLocalState", "c10::Dispatcher::findSchema", "c10::Dispatcher::findOp",
+)
 MAX_SYMBOLS_REPORTED = 5
 
 
@@ -102,7 +94,7 @@ def forbidden_aten_symbols(library: str) -> list[str]:
     found = []
     for line in listing.splitlines():
         symbol = line.split(None, 1)[-1].strip()
-        if symbol.startswith(DIRECT_KERNEL_NAMESPACES):
+        if symbol.startswith(DIRECT_KERNEL_NAMESPACES + RECORDER_BYPASS_SYMBOLS):
             found.append(symbol)
         elif symbol.startswith("at::_ops::"):
             struct = symbol[len("at::_ops::"):].split("::", 1)[0]
@@ -144,43 +136,53 @@ def backend_flags() -> dict[str, object]:
 class ForwardGuard:
     """Baselines taken before the solution is imported; checks applied around its forwards."""
 
-    def __init__(self, allowed_libraries: Iterable[str], own_dirs: Iterable[str]):
+    def __init__(self, allowed_libraries: Iterable[str], own_dirs: Iterable[str], recorder_path: str):
+        # Loaded first: the recorder's own library is part of the baseline, not the solution's.
+        self.recorder = OpRecorder(recorder_path, ALLOWED_OPS)
+        trap_recorder_switches(self.recorder)
         self.allowed_patterns = list(INFRASTRUCTURE_LIBRARIES) + [
             f"lib{name}*" if not name.startswith("lib") else f"{name}*" for name in allowed_libraries]
         self.own_dirs = [str(Path(d).resolve()) for d in own_dirs if d]
         self.stdlib_dirs = {str(Path(sysconfig.get_paths()[k]).resolve()) for k in ("stdlib", "platstdlib")}
         self.libraries_before = loaded_libraries()
         self.flags_before = backend_flags()
-        self.ops: Counter[str] = Counter()
-        self.profiled_ops: Counter[str] = Counter()
         self.own_modules: list[str] = []
 
-    @contextmanager
-    def watch(self) -> Iterator[None]:
-        """Two independent recorders: the dispatch mode sees ops from Python and C++; the
-        profiler's RecordFunction hooks still see them when forward switches dispatch modes off."""
-        recorder = TorchOpRecorder()
-        # The legacy (CPU-only) profiler: Kineto's first start costs ~1 s on CPU and several on
-        # a GPU (CUPTI), per evaluation; RecordFunction events are all this needs.
-        with torch.autograd.profiler.profile(use_kineto=False) as profiled:
-            with recorder:
-                yield
-        self.ops.update(recorder.forbidden)
-        for event in profiled.function_events:
-            op = event.name[len("aten::"):] if event.name.startswith("aten::") else None
-            if op is not None and op not in ALLOWED_OPS:
-                self.profiled_ops[f"aten.{op}"] += 1
+    def arm(self) -> None:
+        """Count operators from now on (before the first call; the caller's thread is the harness's)."""
+        self.recorder.arm()
+
+    def enter_call(self) -> None:
+        """A call of forward begins: operators on this thread count until ``leave_call``, so the
+        copy of its output is watched too."""
+        self.recorder.in_call(True)
+
+    def leave_call(self) -> None:
+        self.recorder.in_call(False)
 
     def violations(self) -> list[str]:
-        found = [f"torch_op: {op} ran inside forward ({n}x); kernels must do the work"
-                 for op, n in sorted(self.ops.items()) if n]
-        seen = {op.rsplit(".", 1)[0] for op, n in self.ops.items() if n}  # "aten.add.Tensor" -> "aten.add"
-        found += [f"torch_op: {op} ran inside forward ({n}x, with dispatch modes switched off)"
-                  for op, n in sorted(self.profiled_ops.items()) if op not in seen]
+        found = self._recorded()
         found += self._linked_aten()
         found += self._library_violations()
         found += self._flag_violations()
         found += self._background_work()
+        return found
+
+    def _recorded(self) -> list[str]:
+        """Operators (and trapped switches) the recorder saw, and whether it still sees any."""
+        found = []
+        for what, n in sorted(self.recorder.findings().items()):
+            if ": " in what:  # a trap's note, already a violation
+                found.append(f"{what} ({n}x)")
+            elif what.endswith(OTHER_THREAD):
+                op = what[:-len(OTHER_THREAD)].replace("::", ".")
+                found.append(f"torch_op: {op} ran on another thread while the solution was judged ({n}x); "
+                             "kernels must do the work")
+            else:
+                found.append(f"torch_op: {what.replace('::', '.')} ran inside forward ({n}x); kernels must do the work")
+        if self.recorder.armed and not self.recorder.alive():
+            found.append("harness_tampered: the operator recorder no longer sees operators (RecordFunction "
+                         "switched off or its callbacks removed)")
         return found
 
     def _linked_aten(self) -> list[str]:
@@ -239,6 +241,33 @@ def _cpu_demand_s() -> float:
     except (OSError, ValueError):
         found = False
     return total_ns / 1e9 if found else _process_time()
+
+
+def trap_recorder_switches(recorder: OpRecorder) -> None:
+    """Replace the Python-level ways around RecordFunction before solution code runs: switching it
+    off (``_enable_record_function``), removing its callbacks (``_clear_callbacks``), and
+    redispatching an operator below the dispatcher's entry point, where no RecordFunction runs
+    (``OpOverload.redispatch``). Switches become a violation and do nothing; a redispatch of
+    one of torch's operators is recorded like the operator itself (``torch.library.custom_op``
+    redispatches the solution's own operators, which stay allowed)."""
+    def switched_off(*args, **kwargs) -> None:
+        recorder.note("harness_tampered: the solution tried to switch the operator recorder off "
+                      "(torch.autograd._enable_record_function / _clear_callbacks)", always=True)
+
+    for owner in (torch._C._autograd, torch.autograd):
+        for name in ("_enable_record_function", "_clear_callbacks"):
+            if hasattr(owner, name):
+                setattr(owner, name, switched_off)
+    handle_type = torch._C._DispatchOperatorHandle
+    redispatch = handle_type.redispatch_boxed
+
+    def redispatch_boxed(handle, keyset, *args, **kwargs):
+        name = handle.schema().name
+        if name in recorder.watched:
+            recorder.note(name)
+        return redispatch(handle, keyset, *args, **kwargs)
+
+    handle_type.redispatch_boxed = redispatch_boxed
 
 
 # --------------------------------------------------------------------------- timing inputs

@@ -1,217 +1,61 @@
 """The judge: runs one evaluation across worker processes and fills a Measurement.
 
-    reference worker  ──(trial inputs, weights)──▶  run worker (solution code)
-          │ reference outputs (a pipe, never a file)      │ solution outputs
+    reference worker  ──(weights)──────────────────▶  run worker (solution code)
+          ▲ seeds of checked calls                        │ outputs of checked calls + seeds
+          │ reference outputs (a pipe, never a file)      │
           └──────────────▶  judge: compare, reward  ◀─────┘
 
-The reference runs in its own process, concurrently with the build; the judge compares
-outputs itself, in this process, which no solution code ever runs in. Each stage has its own
-timeout; a worker that dies, hangs or exits early fails the evaluation with a typed error.
+The reference worker starts concurrently with the build and stays until the end: after the
+solution's verified trials, and again after its timed runs (spot checks) and post trials, the
+judge sends it the seeds of the calls to check and gets their inputs and reference outputs. The
+judge compares outputs itself, in this process, which no solution code ever runs in. Each stage
+has its own timeout; a worker that dies, hangs or exits early fails the evaluation with a typed
+error.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
-import io
-import json
 import os
-import queue
 import secrets
+import socket
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import torch
 
 from .cgroups import WorkerCgroup
-from .compare import compare_outputs
-from .placement import CpuPlan, format_cpus
-from .worker import FRAME_HEADER
+from .checks import TIMED_RUN, TRIAL, CallChecks
+from .placement import CpuPlan
+from .process import Cancelled, StageFailure, WorkerProcess, namespaces_available  # noqa: F401 (Cancelled: pool's)
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
 from .measurement import ErrorKind, Measurement, TimingStats
+from .recorder import RecorderError, library_path
 from .solution import materialise, read_solution
 from .task import load_task_source
-
-POLL_S = 0.02
-# Seconds to keep reading reports after a worker exits (children may still hold the pipe).
-EXIT_GRACE_S = 1.0
+# Compiles the operator recorder off the evaluation's thread (once per machine and software).
+RECORDER_BUILDS = ThreadPoolExecutor(1, thread_name_prefix="op-recorder-build")
 
 
-class WorkerProcess:
-    """One ``python -m sandbox.worker`` process: its directory (bulk outputs, log), its report
-    pipe, and the nonce that every genuine report must carry."""
-
-    def __init__(self, role: str, job: dict, eval_dir: Path, env: dict[str, str], pass_fds: tuple[int, ...] = (),
-                 isolate: bool = False, cancel: threading.Event | None = None):
-        self.role, self.cancel = role, cancel or threading.Event()
-        self.dir = eval_dir / role
-        (self.dir / "tmp").mkdir(parents=True)
-        read_fd, write_fd = os.pipe()
-        job = dict(job, worker_dir=str(self.dir), report_fd=write_fd)
-        job_path = eval_dir / f"{role}.job.json"
-        job_path.write_text(json.dumps(job))
-        self.log_path = eval_dir / f"{role}.log"
-        env = dict(env, TMPDIR=str(self.dir / "tmp"))
-        try:
-            with open(self.log_path, "wb") as log:
-                self.proc = subprocess.Popen(
-                    worker_command(role, job_path, isolate),
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, env=env,
-                    cwd=str(self.dir), start_new_session=True, pass_fds=(*pass_fds, write_fd))
-        finally:
-            os.close(write_fd)
-        self.reports: queue.Queue = queue.Queue()
-        self._reader = threading.Thread(target=self._read_reports, args=(read_fd,), daemon=True)
-        self._reader.start()
-        self.nonce = secrets.token_hex(16)
-        self._write(f"nonce {self.nonce}")
-
-    def _read_reports(self, read_fd: int) -> None:
-        with os.fdopen(read_fd, "rb") as pipe:
-            for line in pipe:
-                self.reports.put(line)
-        self.reports.put(None)  # every writer (the worker and its children) is gone
-
-    def wait_for(self, name: str, timeout_s: float) -> dict:
-        """The payload of report ``name``; raise StageFailure on an error report, a forged
-        report, an exit before reporting, or the timeout."""
-        deadline, exited_at = time.monotonic() + timeout_s, None
-        while True:
-            # Read before looking: a reader that had finished before an empty get() left nothing behind.
-            reader_done = not self._reader.is_alive()
-            try:
-                line = self.reports.get(timeout=POLL_S)
-            except queue.Empty:
-                line = None
-            if line:
-                return self._accept(line, name)
-            now = time.monotonic()
-            if self.proc.poll() is not None:
-                exited_at = exited_at or now
-                # A child that inherited the pipe may keep it open: do not wait for it long.
-                if reader_done or now - exited_at > EXIT_GRACE_S:
-                    raise StageFailure(ErrorKind.CRASH, f"{self.role} process {describe_exit(self.proc.returncode)} "
-                                                        f"before reporting {name}")
-            if now > deadline:
-                self.kill()
-                raise StageFailure(ErrorKind.TIMEOUT, f"{self.role} stage exceeded {timeout_s:g} s")
-            if self.cancel.is_set():
-                self.kill()
-                raise Cancelled(f"evaluation cancelled while waiting for {self.role}: {name}")
-
-    def _accept(self, line: bytes, name: str) -> dict:
-        try:
-            report = json.loads(line)
-            genuine = isinstance(report, dict) and report.get("nonce") == self.nonce
-        except ValueError:
-            genuine = False
-        if not genuine:
-            raise StageFailure(ErrorKind.VIOLATION, f"harness_tampered: a forged report reached the judge from the "
-                                                    f"{self.role} worker (wrong or missing nonce)")
-        if report.get("phase") == "error":
-            raise StageFailure(report["payload"]["kind"], report["payload"]["detail"])
-        if report.get("phase") != name:
-            raise StageFailure(ErrorKind.SANDBOX_ERROR, f"{self.role} worker reported {report.get('phase')!r}, "
-                                                        f"expected {name!r}")
-        return report["payload"]
-
-    def start(self, device: str, cpus: tuple[int, ...] = ()) -> None:
-        """Release a held worker onto ``device`` (a CUDA_VISIBLE_DEVICES entry) and, when
-        given, its lane's host cores."""
-        self._write(f"start {device or '-'} {format_cpus(cpus)}")
-
-    def send(self, command: str) -> None:
-        """Send a command; "go" carries a fresh nonce, which later reports must repeat."""
-        if command == "go":
-            self.nonce = secrets.token_hex(16)
-            command = f"go {self.nonce}"
-        self._write(command)
-
-    def _write(self, line: str) -> None:
-        try:
-            self.proc.stdin.write(f"{line}\n".encode())
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass  # the worker is gone; wait_for reports how it ended
-
-    def log_tail(self, chars: int) -> str:
-        try:
-            data = self.log_path.read_bytes()[-chars:]
-        except OSError:
-            return ""
-        return data.decode("utf-8", errors="replace")
-
-    def kill(self) -> None:
-        """Kill the worker and everything it started, including children that made process
-        groups of their own (ninja does, for each compiler it runs)."""
-        if self.proc.poll() is None:
-            for pid in [self.proc.pid, *descendants(self.proc.pid)]:
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
-        self.proc.wait()
-
-
-def descendants(root: int) -> list[int]:
-    """All live descendants of ``root``, read from /proc (empty where /proc is missing)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            # The command name may contain spaces; the fields after its ')' are fixed.
-            ppid = int(entry.read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(entry.parent.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-class ReferenceOutputs:
-    """Receives the reference outputs through a pipe: they never exist as a file that solution
-    code could find, and only the reference worker holds the pipe's write end. The message is
-    length-prefixed, so it is complete without waiting for EOF (which would need every process
-    that inherited the pipe, unshare and its shell included, to have exited)."""
+class HandoverSockets:
+    """The Unix socket pair over which the run worker hands checked outputs to the reference
+    worker (``sandbox.handover``): one end each; the judge closes its copies once they started."""
 
     def __init__(self):
-        self.read_fd, self.write_fd = os.pipe()
-        self._data = bytearray()
-        self._outputs = None
-        self._reader = threading.Thread(target=self._drain, daemon=True)
-        self._reader.start()
+        self.ends = dict(zip(("run", "reference"), socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)))
 
-    def _drain(self) -> None:
-        with os.fdopen(self.read_fd, "rb") as pipe:
-            header = pipe.read(FRAME_HEADER.size)
-            if len(header) == FRAME_HEADER.size:
-                self._data += pipe.read(FRAME_HEADER.unpack(header)[0])
+    def fd(self, role: str) -> int:
+        return self.ends[role].fileno()
 
-    def close_write_end(self) -> None:
-        if self.write_fd is not None:
-            os.close(self.write_fd)
-            self.write_fd = None
-
-    def load(self, timeout_s: float = 60.0):
-        """The reference outputs, decoded once (trials before and after timing share them)."""
-        if self._outputs is None:
-            self._reader.join(timeout_s)
-            self._outputs = torch.load(io.BytesIO(bytes(self._data)), weights_only=True)
-        return self._outputs
-
-
-class Cancelled(Exception):
-    """The caller cancelled the evaluation; its workers are gone and no result is recorded."""
+    def close(self, role: str | None = None) -> None:
+        for name in [role] if role else list(self.ends):
+            end = self.ends.pop(name, None)
+            if end is not None:
+                end.close()
 
 
 class SoloLanes:
@@ -237,55 +81,12 @@ class SoloLanes:
         return False
 
 
-class StageFailure(Exception):
-    def __init__(self, kind: str, detail: str):
-        super().__init__(detail)
-        self.kind, self.detail = kind, detail
-
-
-def describe_exit(code: int) -> str:
-    # Inside namespaces a shell reports a worker killed by signal N as exit status 128 + N.
-    signum = -code if code < 0 else code - 128 if 128 < code < 128 + 65 else None
-    if signum is not None:
-        try:
-            name = signal.Signals(signum).name
-        except ValueError:
-            name = f"signal {signum}"
-        return f"was killed by {name}" + (f" (exit status {code})" if code > 0 else "")
-    return f"exited with code {code}"
-
-
-ISOLATION_PREFIX = ("unshare", "--pid", "--fork", "--mount-proc", "--net", "--ipc", "--")
 # What isolated workers get (Measurement.isolation); solution roles are also confined (confine.py).
 ISOLATED = "pid+net+ipc+mount namespaces; solution code: read-only filesystem, no capabilities"
 # How far an evaluation may be asked to go (evaluate's stop_after), in order.
 STAGES = ("build", "verify", "timing")
 # Roles that run solution code.
 SOLUTION_ROLES = ("build", "run")
-
-
-@functools.lru_cache(maxsize=None)
-def namespaces_available() -> str:
-    """Empty when workers can run in their own PID and network namespaces, else why not."""
-    if not hasattr(os, "geteuid") or os.geteuid() != 0:
-        return "not root: workers run without namespaces"
-    if shutil.which("unshare") is None:
-        return "unshare (util-linux) not found"
-    try:
-        probe = subprocess.run([*ISOLATION_PREFIX, "true"], capture_output=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"unshare failed: {exc}"
-    return "" if probe.returncode == 0 else f"unshare failed: {probe.stderr.decode(errors='replace').strip()[:200]}"
-
-
-def worker_command(role: str, job_path: Path, isolate: bool) -> list[str]:
-    """The worker's command line; isolated workers get their own PID namespace (they cannot see
-    or reach the judge's processes, and everything they start dies with them) and an empty
-    network namespace. A shell stays PID 1 there, so that signals behave as usual for Python."""
-    command = [sys.executable, "-m", "sandbox.worker", role, str(job_path)]
-    if not isolate:
-        return command
-    return [*ISOLATION_PREFIX, "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
 
 
 def check_backend(cfg: SandboxConfig) -> None:
@@ -345,6 +146,27 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
     return m
 
 
+def evaluate_baselines(task_path: str | Path, cfg: SandboxConfig) -> Measurement:
+    """Time (or read from the cache) only the task's eager and torch.compile baselines: the
+    reference worker alone, no solution. Raises TaskError for an unusable task."""
+    task_source = load_task_source(task_path)
+    check_backend(cfg)
+    m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance)
+    eval_dir = Path(tempfile.mkdtemp(prefix="cuda-agent-baselines-"))
+    try:
+        (eval_dir / "solution").mkdir()
+        (eval_dir / "solution" / "model.py").write_text(task_source, encoding="utf-8")
+        evaluation = _Evaluation(cfg, m, eval_dir, "baselines", SoloLanes(cfg))
+        try:
+            evaluation.baselines_only()
+        finally:
+            evaluation._close_workers()
+            evaluation.handover.close()
+    finally:
+        shutil.rmtree(eval_dir, ignore_errors=True)
+    return m
+
+
 class _Evaluation:
     """The stages of one evaluation; each stage fills part of the measurement."""
 
@@ -353,8 +175,8 @@ class _Evaluation:
         self.cfg, self.m, self.eval_dir, self.stop_after = cfg, m, eval_dir, stop_after
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
-        self.reference = ReferenceOutputs()
-        self._inputs: list | None = None
+        self.handover = HandoverSockets()
+        self.checks = CallChecks(m)
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
         m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
@@ -364,17 +186,17 @@ class _Evaluation:
         self.job = {
             "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
             "solution_dir": str(eval_dir / "solution"), "cache_root": str(cfg.cache_root),
-            # Seeds come from the OS's randomness: the solution cannot predict its inputs.
+            # Input seeds are drawn by the run worker right before each call: no job holds any.
             "init_seed": secrets.randbits(31),
-            "trial_seeds": [secrets.randbits(31) for _ in range(cfg.num_correct_trials + cfg.post_timing_trials)],
-            "num_correct_trials": cfg.num_correct_trials, "guards": cfg.guards,
+            "num_correct_trials": cfg.num_correct_trials, "post_timing_trials": cfg.post_timing_trials,
+            "guards": cfg.guards,
             "allowed_libraries": list(cfg.allowed_libraries), "file_size_limit_mb": cfg.file_size_limit_mb,
             "host_memory_limit_gb": cfg.host_memory_limit_gb, "device_memory_limit_gb": cfg.device_memory_limit_gb,
-            "timing_seed": secrets.randbits(31), "timing": cfg.to_dict()["timing"],
+            "timing": cfg.to_dict()["timing"],
             "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
-            "init_path": str(ref_dir / "init.pt"), "inputs_path": str(ref_dir / "inputs.pt"),
+            "init_path": str(ref_dir / "init.pt"), "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
         }
 
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
@@ -388,7 +210,9 @@ class _Evaluation:
             env["CUDA_VISIBLE_DEVICES"] = ""
         if self.isolate and role in SOLUTION_ROLES:
             # Solution code may write its own worker directory and its extension build; nothing else.
-            job.update(confine=True, writable=[str(self.eval_dir / role), env["TORCH_EXTENSIONS_DIR"]])
+            # The run worker only imports what the build worker built: its extension directory is read-only.
+            writable = [str(self.eval_dir / role)] + ([env["TORCH_EXTENSIONS_DIR"]] if role == "build" else [])
+            job.update(confine=True, writable=writable)
             job["cgroup_procs"] = self._worker_cgroup()
         worker = WorkerProcess(role, job, self.eval_dir, env, pass_fds, isolate=self.isolate, cancel=self.cancel)
         self.workers.append(worker)
@@ -399,7 +223,7 @@ class _Evaluation:
             self._stages()
         finally:
             self._close_workers()
-            self.reference.close_write_end()  # pooled and not built: no reference worker ever took it
+            self.handover.close()  # pooled and not built: no worker ever took its end
 
     def _close_workers(self) -> None:
         """Kill every worker (their reports are in; an orderly exit of a torch process costs
@@ -417,15 +241,18 @@ class _Evaluation:
         verification, timing) of one evaluation at a time holds a device lane: workers started
         beforehand wait, torch imported, until the lane is theirs."""
         pooled, only_build = self.lanes.pooled, self.stop_after == "build"
+        # The operator recorder compiles (first use on this machine only) while the solution builds.
+        recorder = (RECORDER_BUILDS.submit(library_path, self.cfg.cache_root)
+                    if self.cfg.guards and not only_build else None)
         ref = None if pooled or only_build else self._spawn_reference(hold=False)
         with self.lanes.build_slot(self.cancel):
             built = self._build_stage()
         if only_build:
             self.m.compiled = bool(built)
             return
-        if pooled and not built:
+        if (pooled and not built) or (built and recorder and not self._install_recorder(recorder)):
             return
-        run = self.spawn("run", hold=True) if pooled and built else None
+        run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
         with self.lanes.device(self.cancel) as device:
             if pooled:
@@ -441,9 +268,26 @@ class _Evaluation:
                     baselines = self._reference_stage(ref, "baselines")
                     self._record_baselines(baselines, ref_info["baselines_cached"])
                 if run is not None:
-                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote its inputs
-                self._run_stage(run or self.spawn("run"))
+                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote init.pt
+                self._run_stage(run or self._spawn_with_handover("run", hold=False), ref)
             self._close_workers()  # nothing of this evaluation runs on the device after its lane
+
+    def baselines_only(self) -> None:
+        ref = self._spawn_reference(hold=False)
+        info = self._reference_stage(ref, "reference")
+        self.m.device = info["device"]
+        if not info["baselines_cached"]:
+            ref.send("go")
+        self._record_baselines(self._reference_stage(ref, "baselines"), info["baselines_cached"])
+
+    def _install_recorder(self, build: Future) -> bool:
+        """The run worker's operator recorder, compiled in this process (trusted code)."""
+        try:
+            self.job["op_recorder"] = str(build.result())
+        except RecorderError as exc:
+            self.m.fail(ErrorKind.SANDBOX_ERROR, str(exc))
+            return False
+        return True
 
     def _worker_cgroup(self) -> list[str]:
         """A cgroup capping the worker's processes and host memory (as root, where possible)."""
@@ -458,10 +302,14 @@ class _Evaluation:
         return cgroup.procs_files()
 
     def _spawn_reference(self, hold: bool) -> WorkerProcess:
-        ref = self.spawn("reference", {"reference_outputs_fd": self.reference.write_fd}, (self.reference.write_fd,),
-                         hold=hold)
-        self.reference.close_write_end()
-        return ref
+        return self._spawn_with_handover("reference", hold)
+
+    def _spawn_with_handover(self, role: str, hold: bool) -> WorkerProcess:
+        """The run or reference worker, with its end of the hand-over socket (the judge's copy closed)."""
+        fd = self.handover.fd(role)
+        worker = self.spawn(role, {"handover_fd": fd}, (fd,), hold=hold)
+        self.handover.close(role)
+        return worker
 
     def _build_stage(self) -> bool:
         if self.lanes.pooled and self.lanes.install_cached_build(self.eval_dir / "solution", self.cfg):
@@ -474,23 +322,32 @@ class _Evaluation:
     def _reference_stage(self, ref: WorkerProcess, name: str) -> dict:
         start = time.monotonic()
         try:
+            return self._from_reference(ref, name)
+        finally:
+            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
+
+    def _from_reference(self, ref: WorkerProcess, name: str) -> dict:
+        """Report ``name`` of the reference worker; its failures are the task's."""
+        try:
             return ref.wait_for(name, self.cfg.reference_timeout_s)
         except StageFailure as exc:
             if exc.kind == TASK_ERROR:
                 raise TaskError(f"task failed in the reference run: {exc.detail.strip().splitlines()[-1]}") from None
             raise TaskError(f"reference run failed ({exc.kind}): {exc.detail.strip()[-300:]}") from None
-        finally:
-            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
 
     def _stage(self, name: str, action, compile_stage: bool = False):
         """Run one stage; on failure record it (typed) and return None."""
         start = time.monotonic()
         try:
             return action() or True
+        except CheckFailed:
+            return None
         except StageFailure as exc:
             kind = exc.kind
             if compile_stage and kind == ErrorKind.TIMEOUT:
                 kind = ErrorKind.COMPILE_TIMEOUT
+            if kind == ErrorKind.COMPILE_ERROR:  # also from the run worker: a build it refused
+                self.m.compiled = False
             if kind == ErrorKind.VIOLATION:
                 self.m.violations.append(exc.detail)
             self.m.fail(kind, exc.detail)
@@ -506,30 +363,54 @@ class _Evaluation:
             self.m.compile_stats = TimingStats(**baselines["compile"])
             self.m.compile_us = self.m.compile_stats.median_us
 
-    def _run_stage(self, run: WorkerProcess) -> None:
+    def _run_stage(self, run: WorkerProcess, ref: WorkerProcess) -> None:
+        """Verified trials, then timing with spot checks, then the post-timing trials; each
+        checked call is checked by the reference worker as soon as it returned (one at a time)."""
         deadline = time.monotonic() + self.cfg.run_timeout_s
-        report = self._stage("verify", lambda: run.wait_for("outputs", self.cfg.run_timeout_s))
+        report = self._stage("verify", lambda: self._serve_checks(run, ref, "outputs", self.cfg.run_timeout_s))
         if not report:
             return
-        n = self.cfg.num_correct_trials
-        if not (self._no_violations(report) and self._verify(run.dir / "outputs.pt", 0, n)):
-            run.send("stop")
-            return
-        if self.stop_after == "verify":
+        self._note_rss("run", report)
+        if not self._no_violations(report) or self.stop_after == "verify":
             run.send("stop")
             return
         run.send("go")
         remaining = max(deadline - time.monotonic(), 1.0)
-        timing = self._stage("timing", lambda: run.wait_for("timing", remaining))
+        timing = self._stage("timing", lambda: self._serve_checks(run, ref, "timing", remaining))
         if not timing:
             self.m.correct = False
             return
+        self._note_rss("run", timing)
         self.m.runtime_stats = TimingStats(**timing["runtime"])
         self.m.runtime_us = self.m.runtime_stats.median_us
-        if self._no_violations(timing) and self.cfg.post_timing_trials:
-            self._verify(run.dir / "post_outputs.pt", n, self.cfg.post_timing_trials, after_timing=True)
+        self.m.stage_seconds["spot_checks"] = float(timing.get("spot_check_s", 0.0))
+        self._no_violations(timing)
         if not self.m.correct:
             self.m.runtime_us = None
+
+    def _serve_checks(self, run: WorkerProcess, ref: WorkerProcess, until: str, timeout_s: float) -> dict:
+        """The run worker's reports up to ``until``: each checked call it reports ("kept") is
+        checked by the reference worker before the run worker may go on ("next"). A failed check
+        stops the run worker and the stage (CheckFailed; the verdict is recorded)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            phase, payload = run.wait_for_any(("kept", until), max(deadline - time.monotonic(), 0.1))
+            if phase == until:
+                return payload
+            start, kind = time.monotonic(), TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
+            ref.send("check", int(payload["seed"]), peer=run.nonce)
+            result = self._from_reference(ref, "checked")
+            self._note_rss("reference", result)
+            if kind == TRIAL:
+                self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
+            if not self.checks.record(kind, payload, result):
+                run.send("stop")
+                raise CheckFailed()
+            run.send("next")
+
+    def _note_rss(self, role: str, payload: dict) -> None:
+        if payload.get("max_rss_mb") is not None:
+            self.m.worker_max_rss_mb[role] = max(self.m.worker_max_rss_mb.get(role, 0.0), float(payload["max_rss_mb"]))
 
     def _no_violations(self, report: dict) -> bool:
         found = [str(v) for v in report.get("violations", [])]
@@ -538,63 +419,6 @@ class _Evaluation:
             self.m.fail(ErrorKind.VIOLATION, "; ".join(found))
         return not found
 
-    def _load_trials(self, path: Path) -> dict | None:
-        limit = self.cfg.file_size_limit_mb << 20
-        try:
-            if path.stat().st_size > limit:
-                self.m.fail(ErrorKind.MISMATCH, f"solution outputs exceed {self.cfg.file_size_limit_mb} MiB")
-                return None
-            data = torch.load(path, weights_only=True)
-        except Exception as exc:  # missing, unreadable or forged file
-            self.m.fail(ErrorKind.MISMATCH, f"solution outputs could not be read: {type(exc).__name__}")
-            return None
-        if not isinstance(data, dict) or not isinstance(data.get("outputs"), list):
-            self.m.fail(ErrorKind.MISMATCH, "solution outputs are malformed")
-            return None
-        return data
 
-    def _verify(self, path: Path, first: int, count: int, after_timing: bool = False) -> bool:
-        """Compare trials [first, first + count) against the reference, and the inputs as the
-        solution left them against the inputs it was given (in-place mutation)."""
-        data = self._load_trials(path)
-        if data is None:
-            return False
-        reference = self.reference.load()[first:first + count]
-        given = self._given_inputs()[first:first + count]
-        outputs, inputs_after = data["outputs"], data.get("inputs_after", [])
-        when = " after timing" if after_timing else ""
-        if len(outputs) != count or len(inputs_after) != count:
-            self.m.fail(ErrorKind.MISMATCH, f"wrong number of trial outputs{when}")
-            return False
-        worst = self.m.max_abs_diff or 0.0
-        for k, (ref_out, sol_out) in enumerate(zip(reference, outputs)):
-            trial = first + k
-            if not compare_outputs(given[k], inputs_after[k], lambda _: 0.0).ok:
-                self.m.violations.append(f"input_mutation: trial {trial} inputs were modified in place")
-                self.m.fail(ErrorKind.VIOLATION, self.m.violations[-1])
-                return False
-            result = compare_outputs(ref_out, sol_out, self.cfg.tolerance_for)
-            worst = max(worst, result.max_abs_diff)
-            self.m.max_abs_diff = worst
-            if not result.ok:
-                self.m.fail(ErrorKind.MISMATCH, f"trial {trial}{when}: {result.reason}")
-                return False
-            self._note_strict_tolerance(ref_out, sol_out)
-            self.m.trials_passed += 1
-        self.m.correct = True
-        return True
-
-    def _given_inputs(self) -> list:
-        """The trial inputs as the reference worker wrote them, read once."""
-        if self._inputs is None:
-            self._inputs = torch.load(self.job["inputs_path"], weights_only=True)
-        return self._inputs
-
-    def _note_strict_tolerance(self, ref_out, sol_out) -> None:
-        """Under a looser preset, record whether the kernel would also pass KernelBench's
-        tolerances: reduced precision is a property of the kernel worth reporting."""
-        if self.cfg.tolerance == "kernelbench":
-            return
-        strict = SandboxConfig(backend=self.cfg.backend).tolerance_for
-        ok = compare_outputs(ref_out, sol_out, strict).ok
-        self.m.passes_kernelbench_tolerance = ok and self.m.passes_kernelbench_tolerance is not False
+class CheckFailed(Exception):
+    """A checked call failed; the measurement holds why."""

@@ -77,6 +77,8 @@ class Measurement:
     # Correctness detail: trials passed, and the worst differences seen.
     trials_passed: int = 0
     num_trials: int = 0
+    # Timed runs whose outputs were checked against the reference (spot checks) and matched.
+    spot_checks: int = 0
     max_abs_diff: Optional[float] = None
     # Under a looser tolerance preset: would the outputs also pass KernelBench's? (None: not checked)
     passes_kernelbench_tolerance: Optional[bool] = None
@@ -91,8 +93,10 @@ class Measurement:
     stopped_after: str = "none"
     # How solution code was isolated from the judge ("pid+net namespaces" or "none: why").
     isolation: str = ""
-    # Wall-clock seconds per stage (build, reference, run).
+    # Wall-clock seconds per stage (build, reference, baselines, verify, check, timing, spot_checks).
     stage_seconds: dict[str, float] = field(default_factory=dict)
+    # Peak resident memory of the run and reference workers, MiB (one trial at a time bounds it).
+    worker_max_rss_mb: dict[str, float] = field(default_factory=dict)
     # Tails of the build and run logs.
     logs: dict[str, str] = field(default_factory=dict)
 

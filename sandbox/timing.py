@@ -1,5 +1,7 @@
-"""One timing method for solutions and baselines alike.
+"""One call procedure and one timing method for solutions and baselines alike.
 
+Every call of a forward goes through ``Caller``: verified trials, warm-up and timed runs are
+made the same way, so a solution cannot tell them apart by how it is called.
 CUDA: warm-up, then per timed run a fresh input set, an L2 flush, a device-wide sync, and
 CUDA events. Work a solution leaves running on other streams after ``forward`` returns still
 counts: after the end event on the current stream we synchronise the whole device and record
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import time
 import types
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -33,6 +35,9 @@ _TIMING_CALLABLES = {
     "torch.cuda.synchronize": lambda: torch.cuda.synchronize,
 }
 
+# Version of the call procedure: a change of what a timed run measures invalidates cached baselines
+# (2: every call on input tensors refilled in place, see ``Caller``).
+METHOD_VERSION = 2
 # Bytes overwritten between timed runs; several times the L2 of current GPUs (H100/H200: 50-60 MB).
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 # Upper bound on warm-up runs however short the kernel (warmup_ms would otherwise mean thousands).
@@ -41,58 +46,93 @@ MAX_WARMUP_RUNS = 1000
 SYNC_CALIBRATION_RUNS = 30
 
 
+class Call(NamedTuple):
+    """One call of a forward: its runtime, what it returned, and the input tensors it was given."""
+
+    runtime_us: float
+    output: Any
+    inputs: list
+
+
+class Caller:
+    """The one procedure for every call of a forward: the verified trials, the warm-up and the
+    timed runs of a solution (and the baselines' calls), so that nothing a solution can observe
+    tells them apart. Each call: a fresh input set copied into the same input tensors (same
+    addresses, strides and storage offsets every time), the L2 flushed (CUDA), the device
+    synchronised, the events or the clock around ``run``, under ``torch.no_grad`` on the calling
+    thread and the current stream. What happens to the output is the caller's business, after
+    the call has returned."""
+
+    def __init__(self, run: Callable[[list], Any], make_inputs: Callable[[int], list], cfg: TimingConfig,
+                 device: torch.device):
+        self.run, self.make_inputs, self.device = run, make_inputs, device
+        self.cuda = device.type == "cuda"
+        self.buffers: list | None = None
+        self.calls = 0
+        if not self.cuda:
+            torch.set_num_threads(cfg.cpu_threads)
+            return
+        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if cfg.flush_l2 else None
+        self.events = [_Event(enable_timing=True) for _ in range(3)]
+        self.sync_gap = _sync_gap_threshold(self.events)
+
+    def __call__(self, fresh: bool = True) -> Call:
+        """Call ``run`` once, on a new input set unless ``fresh`` is False (and one exists)."""
+        if fresh or self.buffers is None:
+            self.buffers = refill(self.buffers, self.make_inputs(self.calls), self.device)
+        self.calls += 1
+        with torch.no_grad():
+            if not self.cuda:
+                start = _perf_counter()
+                out = self.run(self.buffers)
+                return Call((_perf_counter() - start) * 1e6, out, self.buffers)
+            if self.flush is not None:
+                self.flush.zero_()
+            on_stream, out = _timed_cuda_run(self.run, self.buffers, self.events)
+            total = self.events[0].elapsed_time(self.events[2]) * 1e3
+            return Call(on_stream + max(0.0, (total - on_stream) - self.sync_gap), out, self.buffers)
+
+
+def refill(buffers: list | None, inputs: list, device: torch.device) -> list:
+    """Copy a new input set into the previous call's tensors: same addresses, new content, so a
+    kernel that caches or skips work by input pointer or shape returns stale results, and every
+    call sees input tensors alike. The first set (or one of another layout) becomes the buffers."""
+    same_layout = buffers is not None and len(buffers) == len(inputs) and all(
+        isinstance(b, torch.Tensor) and isinstance(x, torch.Tensor) and b.shape == x.shape and b.dtype == x.dtype
+        and b.stride() == x.stride()
+        for b, x in zip(buffers, inputs) if isinstance(b, torch.Tensor) or isinstance(x, torch.Tensor))
+    if not same_layout:
+        return [x.to(device) if isinstance(x, torch.Tensor) else x for x in inputs]
+    for b, x in zip(buffers, inputs):
+        if isinstance(b, torch.Tensor):
+            b.copy_(x)
+    return [b if isinstance(b, torch.Tensor) else x for b, x in zip(buffers, inputs)]
+
+
 def measure(run: Callable[[list], Any], make_inputs: Callable[[int], list], cfg: TimingConfig,
             device: torch.device) -> list[float]:
     """Return ``cfg.repeats`` runtimes in microseconds of ``run(inputs)``."""
-    with torch.no_grad():
-        if device.type == "cuda":
-            return _measure_cuda(run, make_inputs, cfg, device)
-        return _measure_cpu(run, make_inputs, cfg)
+    return timed_runs(Caller(run, make_inputs, cfg, device), cfg)
 
 
-def _timed_runs(one_run: Callable[[list], float], make_inputs, cfg: TimingConfig) -> list[float]:
-    """Warm up (by count and by time), then collect ``cfg.repeats`` samples of ``one_run``."""
-    inputs = make_inputs(0)
+def timed_runs(call: Caller, cfg: TimingConfig, after_timed: Callable[[int, Call], None] | None = None
+               ) -> list[float]:
+    """Warm up (by count and by time), then collect ``cfg.repeats`` samples; ``after_timed(i,
+    call)`` sees each timed run once it has returned (the spot checks draw there)."""
+    first = call.calls
     warm_until = _perf_counter() + cfg.warmup_ms / 1e3
     i = 0
     while i < cfg.warmup or (_perf_counter() < warm_until and i < MAX_WARMUP_RUNS):
-        if cfg.fresh_inputs and i > 0:
-            inputs = make_inputs(i)
-        one_run(inputs)
+        call(fresh=cfg.fresh_inputs or call.calls == first)
         i += 1
     samples = []
-    for _ in range(cfg.repeats):
-        if cfg.fresh_inputs:
-            inputs = make_inputs(i)
-        samples.append(one_run(inputs))
-        i += 1
+    for r in range(cfg.repeats):
+        result = call(fresh=cfg.fresh_inputs or call.calls == first)
+        samples.append(result.runtime_us)
+        if after_timed is not None:
+            after_timed(r, result)
+        del result  # no output outlives its call (the device's memory looks the same in every call)
     return samples
-
-
-def _measure_cpu(run, make_inputs, cfg: TimingConfig) -> list[float]:
-    torch.set_num_threads(cfg.cpu_threads)
-
-    def one_run(inputs) -> float:
-        start = _perf_counter()
-        run(inputs)
-        return (_perf_counter() - start) * 1e6
-
-    return _timed_runs(one_run, make_inputs, cfg)
-
-
-def _measure_cuda(run, make_inputs, cfg: TimingConfig, device: torch.device) -> list[float]:
-    flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device=device) if cfg.flush_l2 else None
-    events = [_Event(enable_timing=True) for _ in range(3)]
-    sync_gap = _sync_gap_threshold(events)
-
-    def one_run(inputs) -> float:
-        if flush is not None:
-            flush.zero_()
-        on_stream, _ = _timed_cuda_run(run, inputs, events)
-        total = events[0].elapsed_time(events[2]) * 1e3
-        return on_stream + max(0.0, (total - on_stream) - sync_gap)
-
-    return _timed_runs(one_run, make_inputs, cfg)
 
 
 def _timed_cuda_run(run, inputs, events) -> tuple[float, Any]:

@@ -1,57 +1,59 @@
 """Worker processes of one evaluation: ``python -m sandbox.worker ROLE JOB.json``.
 
 Roles:
-- ``reference``: runs the task's Model on the trial inputs, then times the eager and
-  torch.compile baselines (or reads them from the cache). Trusted harness code only.
+- ``reference``: builds the task's Model (its weights go to the run worker), times the eager and
+  torch.compile baselines (or reads them from the cache), then computes reference outputs for
+  the seeds the judge asks about, until told to stop. Trusted harness code only.
 - ``build``: compiles the solution (workspace build or the solution's own load_inline) and
   imports it once. Runs solution code.
-- ``run``: runs ModelNew on the trial inputs, hands the outputs over, then times it on command.
-  Runs solution code.
+- ``run``: runs ModelNew on the verified trials, hands the outputs over, then times it on
+  command, with spot checks and post-timing trials. Runs solution code.
 
 Each worker reports to the judge over a pipe (one JSON line per phase, or an error), and takes
-commands ("go <nonce>"/"stop") on stdin, so that the judge decides when timing may use the
-device. Every report carries the nonce of the latest command: a line that solution code writes
-into the pipe without it is a forgery the judge rejects. Bulk tensors (outputs) go to files in
-the worker's own directory. Anything the solution prints goes to the worker's log, not to the
-judge's stdout.
+commands (``sandbox.protocol``: "go", "next", "check", "stop") on stdin, so that the judge decides
+when timing may use the device. Every report carries the nonce of the latest command: a line that
+solution code writes into the pipe without it is a forgery the judge rejects. A checked call's
+output goes from the run worker to the reference worker in sealed shared memory
+(``sandbox.handover``), one call at a time; no trial data is written to a file.
+Anything the solution prints goes to the worker's log, not to the judge's stdout.
+
+Inputs come from seeds: the run worker draws one from the OS right before each call of the
+solution (no file, and nothing in memory before the call, predicts it) and reports the seeds of
+the calls it kept; the reference worker regenerates exactly those inputs on the same kind of
+device and computes the reference for them.
 """
 from __future__ import annotations
 
 import contextlib
-import importlib.util
-import io
 import json
 import os
 import platform
-import struct
+import resource
+import socket
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
 
 # Nothing from the solution is imported before these are bound.
 import torch
 
 from .baselines import baseline_cache_path, load_baselines, store_baselines
 from .placement import parse_cpus, pin_process
-from .config import TimingConfig
+from .checks import TIMED_RUN, TRIAL, judge_call
+from .config import SandboxConfig, TimingConfig
 from .errors import TASK_ERROR
 from .build import summarize_compiler_output
 from .measurement import ErrorKind, TimingStats
 from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
+from .extensions import Builds
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
-from .timing import harness_fingerprint, measure, tampered_harness
-
-TRACEBACK_CHARS = 3000
-# Length prefix of the reference outputs on their pipe (the judge reads exactly that many bytes).
-FRAME_HEADER = struct.Struct("<Q")
-
-
-class WorkerFailure(Exception):
-    def __init__(self, kind: str, detail: str):
-        super().__init__(detail)
-        self.kind, self.detail = kind, detail
+from .handover import HandoverError, receive_output, send_output
+from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
+                     inputs_digest, load_module, save_tensors, seeded_inputs)
+from .protocol import Command
+from .trial_size import check_trial_fits
+from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
 
 
 class Channel:
@@ -78,26 +80,12 @@ class Channel:
             return None
         return words[1], parse_cpus(words[2] if len(words) == 3 else "-")
 
-    def wait_command(self) -> str:
-        words = self._read_line().split()
-        if words[:1] == ["go"] and len(words) == 2:
-            self.nonce = words[1]
-            return "go"
-        return "stop"
-
-
-def save_tensors(path: Path, obj: Any) -> None:
-    tmp = path.with_suffix(".tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
-
-
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
+    def wait_command(self) -> Command:
+        """The judge's next command; all but "stop" bring the nonce later reports carry."""
+        command = Command.parse(self._read_line())
+        if command.name != "stop":
+            self.nonce = command.nonce
+        return command
 
 
 def worker_device(backend: str) -> torch.device:
@@ -121,71 +109,6 @@ def device_name(device: torch.device) -> str:
     return f"cpu:{model} x{os.cpu_count()}"
 
 
-def to_device(obj: Any, device: torch.device) -> Any:
-    if isinstance(obj, torch.Tensor):
-        return obj.to(device)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(x, device) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
-    return obj
-
-
-def to_cpu_copy(obj: Any) -> Any:
-    """A CPU copy that later calls cannot change (outputs may alias a reused buffer)."""
-    if isinstance(obj, torch.Tensor):
-        if type(obj) is not torch.Tensor:
-            raise WorkerFailure(ErrorKind.MISMATCH, f"output is a {type(obj).__name__}, not a plain torch.Tensor")
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(to_cpu_copy(x) for x in obj)
-    if isinstance(obj, dict):
-        return {k: to_cpu_copy(v) for k, v in obj.items()}
-    return obj
-
-
-def describe_exception(exc: BaseException) -> str:
-    """The exception first (what a model or a person needs), then the traceback's tail."""
-    summary = f"{type(exc).__name__}: {exc}"
-    trace = "".join(traceback.format_exception(exc))
-    return f"{summary[:TRACEBACK_CHARS]}\n\n{trace[-TRACEBACK_CHARS:]}"
-
-
-# ---------------------------------------------------------------- task helpers
-
-def call_task(task, fn_name: str) -> Any:
-    try:
-        return getattr(task, fn_name)()
-    except Exception as exc:  # the task is broken: not the solution's fault
-        raise WorkerFailure(TASK_ERROR, f"{fn_name}() raised {type(exc).__name__}: {exc}") from None
-
-
-def check_inputs(inputs: Any, fn_name: str) -> list:
-    if not isinstance(inputs, (list, tuple)):
-        raise WorkerFailure(TASK_ERROR, f"{fn_name}() must return a list or tuple, got {type(inputs).__name__}")
-    for i, item in enumerate(inputs):
-        if fn_name == "get_inputs" and not isinstance(item, (torch.Tensor, int, float, bool)):
-            raise WorkerFailure(TASK_ERROR, f"get_inputs()[{i}] is a {type(item).__name__}; "
-                                            "inputs must be tensors (or plain numbers)")
-    if fn_name == "get_inputs" and not any(isinstance(x, torch.Tensor) for x in inputs):
-        raise WorkerFailure(TASK_ERROR, "get_inputs() returned no tensor")
-    return list(inputs)
-
-
-# Bound before any solution code runs: replacing torch.manual_seed later cannot freeze the inputs.
-_manual_seed = torch.manual_seed
-
-
-def seeded_inputs(task, seed: int, device: torch.device | None = None) -> list:
-    """get_inputs() under a seed; on ``device`` when given (fast fresh inputs for timing)."""
-    _manual_seed(seed)
-    if device is None or device.type == "cpu":
-        return check_inputs(call_task(task, "get_inputs"), "get_inputs")
-    with device:
-        inputs = check_inputs(call_task(task, "get_inputs"), "get_inputs")
-    return to_device(inputs, device)
-
-
 def timing_config(job: dict) -> TimingConfig:
     return TimingConfig(**job["timing"])
 
@@ -193,9 +116,66 @@ def timing_config(job: dict) -> TimingConfig:
 # ---------------------------------------------------------------- roles
 
 def role_reference(job: dict, out: Path, channel: Channel) -> None:
+    """Weights for the run worker, the baselines, then a check of each output the run worker
+    hands over, as often as the judge asks (the worker stays until told to stop)."""
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
+    model = reference_model(task, job, out, device)
+    check_trial_fits(task, job, device)
+    check_reproducible_inputs(task, device)
+    release_cached_memory(device)
+    cache_path = baseline_cache_path(job, device_name(device))
+    baselines = load_baselines(cache_path)
+    channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
+    if baselines is not None:
+        channel.report("baselines", baselines)
+    handover = socket.socket(fileno=job["handover_fd"])
+    handover.settimeout(HANDOVER_TIMEOUT_S)
+    cfg = SandboxConfig(backend=job["backend"], tolerance=job["tolerance"])
+    while (command := channel.wait_command()).name != "stop":
+        if command.name == "go" and baselines is None:
+            baselines = time_baselines(task, model, job, device)
+            store_baselines(cache_path, baselines)
+            channel.report("baselines", baselines)
+        elif command.name == "check":
+            result = check_call(task, model, handover, command, device, cfg)
+            release_cached_memory(device)
+            channel.report("checked", dict(result, max_rss_mb=max_rss_mb()))
+
+
+# Seconds the reference worker waits for a hand-over the run worker has already reported.
+HANDOVER_TIMEOUT_S = 30.0
+
+
+def check_call(task, model, handover: socket.socket, command: Command, device: torch.device,
+               cfg: SandboxConfig) -> dict:
+    """Take the run worker's handed-over output, regenerate the call's inputs from its seed,
+    compute the reference and compare, here (the run worker never holds a reference output)."""
+    try:
+        header, output = receive_output(handover, command.peer, device)
+        if int(header.get("seed", -1)) != command.seed:
+            raise HandoverError("the hand-over is not the call the judge asked about")
+    except (HandoverError, OSError, ValueError) as exc:  # OSError: nothing arrived in time
+        return {"forged": str(exc)}
+    with torch.no_grad():
+        inputs = seeded_inputs(task, command.seed, device)
+        given = inputs_digest(inputs)
+        try:
+            expected = model(*inputs)
+        except Exception as exc:
+            raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
+        del inputs
+        return dict(judge_call(expected, output, cfg), inputs_given=given)
+
+
+def max_rss_mb() -> float:
+    """This process's peak resident memory (what bounded trial data is measured by)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.nn.Module:
+    """The task's Model under the evaluation's init seed; its weights go to init.pt for the run worker."""
     if not (isinstance(getattr(task, "Model", None), type) and issubclass(task.Model, torch.nn.Module)):
         raise WorkerFailure(TASK_ERROR, "Model is not a torch.nn.Module subclass")
     init_inputs = check_inputs(call_task(task, "get_init_inputs"), "get_init_inputs")
@@ -206,37 +186,22 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
         raise WorkerFailure(TASK_ERROR, f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from None
     save_tensors(out / "init.pt", {"init_inputs": init_inputs,
                                    "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
-    model = model.to(device)
-    inputs_list, outputs = [], []
-    with torch.no_grad():
-        for seed in job["trial_seeds"]:
-            inputs = seeded_inputs(task, seed)
-            inputs_list.append(to_cpu_copy(inputs))
-            try:
-                outputs.append(to_cpu_copy(model(*to_device(inputs, device))))
-            except Exception as exc:
-                raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
-    save_tensors(out / "inputs.pt", inputs_list)
-    payload = io.BytesIO()
-    torch.save(outputs, payload)
-    with os.fdopen(job["reference_outputs_fd"], "wb") as pipe:  # the judge reads the other end
-        pipe.write(FRAME_HEADER.pack(payload.getbuffer().nbytes))
-        pipe.write(payload.getbuffer())
-    cache_path = baseline_cache_path(job, device_name(device))
-    cached = load_baselines(cache_path)
-    channel.report("reference", {"device": device_name(device), "baselines_cached": cached is not None})
-    if cached is None:
-        if channel.wait_command() != "go":
-            return
-        cached = time_baselines(task, model, job, device)
-        store_baselines(cache_path, cached)
-    channel.report("baselines", cached)
+    return model.to(device)
+
+
+def check_reproducible_inputs(task, device: torch.device) -> None:
+    """Checked calls are recomputed from their seeds: get_inputs() must give the same inputs for
+    the same seed (a task drawing from another generator would fail every honest solution).
+    Compared by digest, so that only one input set exists at a time."""
+    seed = fresh_seed()
+    first = inputs_digest(seeded_inputs(task, seed, device))
+    if inputs_digest(seeded_inputs(task, seed, device)) != first:
+        raise WorkerFailure(TASK_ERROR, "get_inputs() is not reproducible under torch.manual_seed / random.seed")
 
 
 def time_baselines(task, model, job: dict, device: torch.device) -> dict:
     cfg = timing_config(job)
-    base_seed = job["timing_seed"]
-    make_inputs = lambda i: seeded_inputs(task, base_seed + i, device)  # noqa: E731
+    make_inputs = lambda i: seeded_inputs(task, fresh_seed(), device)  # noqa: E731
     eager = measure(lambda inp: model(*inp), make_inputs, cfg, device)
     result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None, "compile_error": None}
     if job["compile_baseline"]:
@@ -246,7 +211,14 @@ def time_baselines(task, model, job: dict, device: torch.device) -> dict:
                 measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
         except Exception as exc:  # inductor unavailable or the task does not compile
             result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    release_cached_memory(device)
     return result
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """This worker waits on the device while the solution runs: it keeps no cached blocks."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def import_solution(solution_dir: Path):
@@ -300,8 +272,25 @@ def role_build(job: dict, out: Path, channel: Channel) -> None:
         report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds)
     # Only compilers ran so far (the object cache needed writing); solution code starts here.
     confine_if_asked(job)
-    import_solution(solution_dir)
+    builds = Builds()
+    builds.record_failures()
+    model_cls = import_solution(solution_dir)
+    construct_for_builds(model_cls, Path(job["task_path"]))
+    if builds.failure():  # a failed load_inline, even one the solution caught and fell back from
+        raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(builds.failure()))
     channel.report("build", report)
+
+
+def construct_for_builds(model_cls, task_path: Path) -> None:
+    """ModelNew's __init__ once, on the meta device (no memory, no GPU): load_inline calls made
+    there compile here, in the build worker, like those at import. Other failures of __init__
+    are the run worker's to report, on the real device."""
+    try:
+        init_inputs = check_inputs(call_task(load_module(task_path, "model"), "get_init_inputs"), "get_init_inputs")
+        with torch.device("meta"):
+            model_cls(*init_inputs)
+    except Exception:
+        pass
 
 
 def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
@@ -311,20 +300,6 @@ def load_matching_weights(model: torch.nn.Module, state_dict: dict) -> bool:
         return False
     model.load_state_dict(state_dict)
     return True
-
-
-def refill(buffers: list, inputs: list, device: torch.device) -> list:
-    """Copy a new input set into the previous trial's tensors: same addresses, new content,
-    so a kernel that caches or skips work by input pointer or shape returns stale results."""
-    same_layout = len(buffers) == len(inputs) and all(
-        isinstance(b, torch.Tensor) and isinstance(x, torch.Tensor) and b.shape == x.shape and b.dtype == x.dtype
-        for b, x in zip(buffers, inputs) if isinstance(b, torch.Tensor) or isinstance(x, torch.Tensor))
-    if not same_layout:
-        return to_device(inputs, device)
-    for b, x in zip(buffers, inputs):
-        if isinstance(b, torch.Tensor):
-            b.copy_(x)
-    return [b if isinstance(b, torch.Tensor) else x for b, x in zip(buffers, inputs)]
 
 
 def make_guard(job: dict):
@@ -340,83 +315,163 @@ def make_guard(job: dict):
         torch.cuda.synchronize()
         torch.cuda.get_device_name(0)
     own = [job["solution_dir"], os.environ.get("TORCH_EXTENSIONS_DIR", ""), job["cache_root"]]
-    return ForwardGuard(job["allowed_libraries"], own)
+    return ForwardGuard(job["allowed_libraries"], own, job["op_recorder"])
 
 
-def run_trials(model, trials: list, buffers: list | None, device: torch.device, guard) -> tuple[list, list, list]:
-    """Run verified forwards; return outputs, the inputs as left afterwards, and the buffers."""
-    outputs, inputs_after = [], []
-    for inputs in trials:
-        buffers = to_device(inputs, device) if buffers is None else refill(buffers, inputs, device)
-        with guard.watch() if guard else contextlib.nullcontext():
-            out = model(*buffers)
-        outputs.append(to_cpu_copy(out))
-        inputs_after.append(to_cpu_copy(buffers))
-    if device.type == "cuda":
-        torch.cuda.synchronize()  # surface asynchronous kernel faults here
-    return outputs, inputs_after, buffers
+class SeededCalls:
+    """make_inputs of the run worker's calls: each input set from a seed drawn right before the
+    call, checked against the task's layout (the solution shares this process with get_inputs)."""
 
+    def __init__(self, task, device: torch.device, guard):
+        self.task, self.device, self.guard = task, device, guard
+        self.seed = fresh_seed()
+        self.layout = input_layout(seeded_inputs(task, self.seed, device))  # before the solution is imported
 
-def role_run(job: dict, out: Path, channel: Channel) -> None:
-    device = worker_device(job["backend"])
-    torch.set_num_threads(job["timing"]["cpu_threads"])
-    task = load_module(Path(job["task_path"]), "model")
-    init = torch.load(job["init_path"], weights_only=True)
-    inputs_list = torch.load(job["inputs_path"], weights_only=True)
-    n_pre = job["num_correct_trials"]
-    guard = make_guard(job)
-    watched = harness_modules()
-    harness = harness_fingerprint(watched)
-    task_before = task_fingerprint(task)
-    expected_layout = input_layout(inputs_list[0])
-    set_arch_env(job)
-    cap_device_memory(job, device)
-    confine_if_asked(job)
-    model_cls = import_solution(Path(job["solution_dir"]))
-    try:
-        torch.manual_seed(job["init_seed"])
-        model = model_cls(*init["init_inputs"])
-        weights_loaded = load_matching_weights(model, init["state_dict"])
-        model = model.to(device)
-        with torch.no_grad():
-            outputs, inputs_after, buffers = run_trials(model, inputs_list[:n_pre], None, device, guard)
-    except WorkerFailure:
-        raise
-    except Exception as exc:
-        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, describe_exception(exc)) from None
-    violations = guard.violations() if guard else []
-    save_tensors(out / "outputs.pt", {"outputs": outputs, "inputs_after": inputs_after})
-    channel.report("outputs", {"weights_loaded": weights_loaded, "violations": violations})
-    if channel.wait_command() != "go":
-        return
-    def make_inputs(i: int) -> list:
-        inputs = seeded_inputs(task, job["timing_seed"] + i, device)
-        problem = check_timing_inputs(inputs, expected_layout)
+    def __call__(self, _index: int) -> list:
+        if self.guard:
+            self.guard.leave_call()  # the previous call (and the copy of its output) is over
+        self.seed = fresh_seed()
+        inputs = seeded_inputs(self.task, self.seed, self.device)
+        problem = check_timing_inputs(inputs, self.layout)
         if problem:
             raise WorkerFailure(ErrorKind.VIOLATION, f"task_tampered: {problem}")
         return inputs
 
+
+class Stopped(Exception):
+    """The judge said stop instead of "next": a checked call failed; the worker ends quietly."""
+
+
+class Handover:
+    """Checked calls (verified trials, spot-checked timed runs): right after the call returned,
+    while the recorder still watches, the digest of its inputs as it left them and its output
+    go to the reference worker (sealed shared memory); the judge has it checked there, then says
+    "next". One call at a time: nothing of a checked call outlives its check."""
+
+    def __init__(self, job: dict, channel: Channel, guard):
+        self.sock = socket.socket(fileno=job["handover_fd"])
+        self.channel, self.guard, self.limit = channel, guard, job["max_output_mb"] << 20
+        self.seconds = 0.0
+
+    def check(self, kind: str, label: str, seed: int, call: Call) -> None:
+        start = _perf_counter()
+        record = {"kind": kind, "label": label, "seed": seed}
+        send_output(self.sock, call.output, dict(record, nonce=self.channel.nonce), self.limit)
+        if self.guard:
+            self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
+        record["inputs_after"] = inputs_digest(call.inputs)
+        self.channel.report("kept", record)
+        proceed = self.channel.wait_command().name == "next"
+        self.seconds += _perf_counter() - start
+        if not proceed:
+            raise Stopped()
+
+
+def checked_calls(caller: Caller, inputs: SeededCalls, labels: list[str], guard, handover: Handover) -> None:
+    """Call forward once per label and have every call checked (the verified trials)."""
+    for label in labels:
+        call = caller()
+        handover.check(TRIAL, label, inputs.seed, call)
+        del call  # the output is gone before the next call, as after every timed run
+    if guard:
+        guard.leave_call()
+    if caller.cuda:
+        torch.cuda.synchronize()  # surface asynchronous kernel faults here
+
+
+@contextlib.contextmanager
+def solution_errors(prefix: str = "", builds: Builds | None = None):
+    """An exception from solution code (or a CUDA fault it caused) is the solution's runtime error;
+    a build it tried here (refused: builds happen in the build worker) is a compile error, even
+    when the solution caught the refusal."""
     try:
-        samples = measure(lambda inp: model(*inp), make_inputs, timing_config(job), device)
-        with torch.no_grad():
-            post, post_inputs, _ = run_trials(model, inputs_list[n_pre:], buffers, device, guard)
-    except WorkerFailure:
+        yield
+    except (WorkerFailure, Stopped):
         raise
     except Exception as exc:
-        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, "during timing: " + describe_exception(exc)) from None
-    save_tensors(out / "post_outputs.pt", {"outputs": post, "inputs_after": post_inputs})
+        refused_build(builds)
+        raise WorkerFailure(ErrorKind.RUNTIME_ERROR, prefix + describe_exception(exc)) from None
+    refused_build(builds)
+
+
+def refused_build(builds: Builds | None) -> None:
+    if builds is not None and builds.failure():
+        raise WorkerFailure(ErrorKind.COMPILE_ERROR, builds.failure())
+
+
+def guarded_forward(model: torch.nn.Module, guard):
+    """run(inputs) for the Caller: the recorder's call window opens as forward starts."""
+    if guard is None:
+        return lambda inputs: model(*inputs)
+
+    def forward(inputs: list):
+        guard.enter_call()
+        return model(*inputs)
+
+    return forward
+
+
+def role_run(job: dict, out: Path, channel: Channel) -> None:
+    """Verified trials, then (on "go") warm-up, timed runs with spot checks, and post trials:
+    every call through one Caller, every checked call reported by seed."""
+    device = worker_device(job["backend"])
+    torch.set_num_threads(job["timing"]["cpu_threads"])
+    task = load_module(Path(job["task_path"]), "model")
+    init = torch.load(job["init_path"], weights_only=True)
+    guard = make_guard(job)
+    watched = harness_modules()
+    harness = harness_fingerprint(watched)
+    task_before = task_fingerprint(task)
+    inputs = SeededCalls(task, device, guard)
+    set_arch_env(job)
+    cap_device_memory(job, device)
+    confine_if_asked(job)
+    builds = Builds()
+    builds.import_only()  # nothing compiles here: the build worker built what the solution loads
+    model_cls = import_solution(Path(job["solution_dir"]))
+    cfg, n_pre = timing_config(job), job["num_correct_trials"]
+    with solution_errors(builds=builds):
+        torch.manual_seed(job["init_seed"])
+        model = model_cls(*init["init_inputs"])
+        weights_loaded = load_matching_weights(model, init["state_dict"])
+        caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
+        if guard:
+            guard.arm()
+        handover = Handover(job, channel, guard)
+        checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard, handover)
+    channel.report("outputs", {"weights_loaded": weights_loaded, "max_rss_mb": max_rss_mb(),
+                               "violations": run_violations(guard, harness, watched, task_before, task)})
+    if channel.wait_command().name != "go":
+        return
+    handover.seconds = 0.0
+
+    def spot_check(i: int, call: Call) -> None:
+        if chance(cfg.spot_check_probability):  # drawn only now that the run has returned
+            handover.check(TIMED_RUN, f"timed run {i}", inputs.seed, call)
+
+    with solution_errors("during timing: ", builds):
+        samples = timed_runs(caller, cfg, spot_check)
+        spot_check_s = handover.seconds
+        checked_calls(caller, inputs, [f"trial {n_pre + k} after timing" for k in range(job["post_timing_trials"])],
+                      guard, handover)
+    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "spot_check_s": spot_check_s,
+                              "max_rss_mb": max_rss_mb(),
+                              "violations": run_violations(guard, harness, watched, task_before, task)})
+
+
+def run_violations(guard, harness: dict, watched: list, task_before: dict, task) -> list[str]:
+    """Everything the run worker itself found: the guards', harness and task tampering."""
     violations = guard.violations() if guard else []
     violations += [f"harness_tampered: {name} was replaced" for name in tampered_harness(harness, watched)]
-    violations += task_tampering(task_before, task)
-    channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "violations": violations})
+    return violations + task_tampering(task_before, task)
 
 
-def apply_limits(job: dict) -> None:
+def apply_limits(job: dict, role: str = "") -> None:
     """Per-evaluation caps on what a worker may consume (hard limits: the solution cannot raise
-    them unless it runs as root)."""
-    import resource
-
-    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, job["file_size_limit_mb"] << 20)]
+    them unless it runs as root). data_gen's filter workers use them too (no role)."""
+    # The run worker's outputs are files too (memfds handed to the reference worker).
+    files_mb = max(job["file_size_limit_mb"], job["max_output_mb"]) if role == "run" else job["file_size_limit_mb"]
+    caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, files_mb << 20)]
     if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
         caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
     for which, value in caps:
@@ -427,9 +482,10 @@ def apply_limits(job: dict) -> None:
 
 def harness_modules() -> list:
     """Modules whose functions the verdict depends on inside this process (this one included)."""
-    from . import guards, measurement, timing
+    from . import guards, handover, inputs, measurement, protocol, recorder, timing
 
-    return [sys.modules[__name__], timing, guards, measurement, sys.modules[confine.__module__]]
+    return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, inputs, handover,
+            sys.modules[confine.__module__]]
 
 
 def confine_if_asked(job: dict) -> None:
@@ -472,8 +528,10 @@ def main(argv: list[str]) -> int:
         if job["backend"] == "cuda":
             os.environ["CUDA_VISIBLE_DEVICES"] = "" if device == "-" else device
     try:
-        apply_limits(job)
+        apply_limits(job, role)
         ROLES[role](job, out, channel)
+    except Stopped:
+        pass
     except WorkerFailure as exc:
         channel.report("error", {"kind": exc.kind, "detail": exc.detail})
     except Exception:

@@ -306,17 +306,19 @@ def draw_plan(mix: dict[str, float], rng: random.Random) -> str:
 
 
 async def teacher_episode(spec: ChainSpec, task: Path, plan: str, pool: Any, cfg: AgentConfig, backend: str,
-                          tokenizer: Any = None, episode_id: str = "", seed: int = 0) -> Trajectory:
-    """One episode of ``plan`` on ``task`` through the real tools and sandbox pool. The policy's
-    name is ``teacher/<plan>``, so a trajectory row says which plan made it."""
+                          tokenizer: Any = None, episode_id: str = "", seed: int = 0,
+                          reward: str = "graduated") -> Trajectory:
+    """One episode of ``plan`` on ``task`` through the real tools and sandbox pool, scored with
+    the ``reward`` function. The policy's name is ``teacher/<plan>``, so a trajectory row says
+    which plan made it."""
     policy = ScriptedPolicy(plan_replies(spec, backend, plan, seed), tokenizer=tokenizer, name=f"teacher/{plan}")
-    return await run_episode(task, policy, pool, cfg, backend, episode_id=episode_id)
+    return await run_episode(task, policy, pool, cfg, backend, reward=reward, episode_id=episode_id)
 
 
 async def teacher_episodes(tasks: Sequence[tuple[ChainSpec, Path]], count: int, pool: Any, cfg: AgentConfig,
                            backend: str, out: Optional[str | Path] = None, tokenizer: Any = None,
                            mix: Optional[dict[str, float]] = None, seed: int = 0,
-                           concurrency: int = 4) -> list[Trajectory]:
+                           concurrency: int = 4, reward: str = "graduated") -> list[Trajectory]:
     """``count`` episodes over ``tasks`` (task i % len(tasks)), plans drawn from ``mix``
     (DEFAULT_MIX) under (seed, i); each row is appended to ``out`` (trajectory JSONL) as its
     episode ends."""
@@ -331,7 +333,7 @@ async def teacher_episodes(tasks: Sequence[tuple[ChainSpec, Path]], count: int, 
         plan = draw_plan(mix, random.Random(f"teacher:{seed}:{i}"))
         async with gate:
             traj = await teacher_episode(spec, task, plan, pool, cfg, backend, tokenizer,
-                                         f"{i:05d}-{spec.id}-{plan}", seed)
+                                         f"{i:05d}-{spec.id}-{plan}", seed, reward)
         if writer is not None:
             writer.append(traj)
         return traj

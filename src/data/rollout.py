@@ -29,7 +29,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from .batch import RolloutBatch, collate_rows
-from .tasks import Task, TaskSetError, load_task_set, split_tasks
+from .tasks import Task, TaskSetError, load_task_set, split_by_column, split_tasks
 
 log = logging.getLogger(__name__)
 # Environment that hands rank 0's pool address and key to the other ranks (set by train.py
@@ -73,7 +73,7 @@ class RolloutDataModule(pl.LightningDataModule):
                  tasks_per_step: int = 4, samples_per_task: int = 2, val_fraction: float = 0.1,
                  val_max_tasks: int = 16, val_samples_per_task: int = 1, split_seed: int = 0,
                  max_tasks: int = 0, episodes_in_flight: int = 8, drop_stop_reasons: Sequence[str] = (),
-                 mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8,
+                 mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8, split_column: str = "",
                  device_gate: str = "auto"):
         super().__init__()
         self.source, self.output_dir = tasks, Path(output_dir)
@@ -82,7 +82,7 @@ class RolloutDataModule(pl.LightningDataModule):
         self.val_fraction, self.val_max_tasks, self.val_samples = val_fraction, val_max_tasks, val_samples_per_task
         self.split_seed, self.max_tasks, self.episodes_in_flight = split_seed, max_tasks, episodes_in_flight
         self.drop_stop_reasons, self.mask_stop_reasons = set(drop_stop_reasons), set(mask_stop_reasons)
-        self.trajectory_batch_size = trajectory_batch_size
+        self.trajectory_batch_size, self.split_column = trajectory_batch_size, split_column
         if device_gate not in GATE_MODES:
             raise ValueError(f"device_gate={device_gate!r}: expected one of {', '.join(GATE_MODES)}")
         self.gate_mode = device_gate
@@ -100,8 +100,9 @@ class RolloutDataModule(pl.LightningDataModule):
         """Tasks and split; the same on every rank (deterministic)."""
         if self.train_tasks or self.val_tasks:
             return
-        tasks = load_task_set(self.source, self.output_dir / "tasks", self.max_tasks)
-        split = split_tasks(tasks, self.val_fraction, self.val_max_tasks, self.split_seed)
+        tasks = load_task_set(self.source, self.output_dir / "tasks", self.max_tasks, self.split_column)
+        split = split_by_column(tasks, self.val_max_tasks) if self.split_column else \
+            split_tasks(tasks, self.val_fraction, self.val_max_tasks, self.split_seed)
         self.train_tasks, self.val_tasks = split.train, split.val
         if not self.train_tasks:
             raise TaskSetError(f"task source {self.source} leaves no training task after the split")

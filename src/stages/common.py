@@ -53,11 +53,14 @@ def freeze(module: Optional[nn.Module]) -> None:
         module.requires_grad_(False)
 
 
-def load_init(module: nn.Module, path: str | Path, need: tuple[str, ...]) -> dict[str, int]:
+def load_init(module: nn.Module, path: str | Path, need: tuple[str, ...], fresh: tuple[str, ...] = ()) -> dict[str, int]:
     """Load the ``actor.`` / ``critic.`` weights of a Lightning checkpoint of any stage into the
     module's parts of the same name. Each name in ``need`` must be present in the checkpoint;
     other parts present in both are loaded too (a stage carries what it does not train, so
-    the next stage finds it). Returns the number of tensors loaded per part."""
+    the next stage finds it), but those in ``fresh``, which keep their newly built weights.
+    Returns the number of tensors loaded per part."""
+    if set(fresh) & set(need):
+        raise InitError(f"init_fresh {list(fresh)}: this stage needs {list(need)} from init_from")
     path = Path(path).expanduser()
     if path.is_dir():
         path = path / "checkpoints" / "last.ckpt" if (path / "checkpoints" / "last.ckpt").exists() else path / "last.ckpt"
@@ -68,7 +71,7 @@ def load_init(module: nn.Module, path: str | Path, need: tuple[str, ...]) -> dic
     except Exception as exc:
         raise InitError(f"init_from {path}: not a Lightning checkpoint ({type(exc).__name__}: {exc})") from None
     loaded = {}
-    for part in ("actor", "critic"):
+    for part in (p for p in ("actor", "critic") if p not in fresh):
         target = getattr(module, part, None)
         weights = {k[len(part) + 1:]: v for k, v in state.items() if k.startswith(part + ".")}
         if part in need and not weights:

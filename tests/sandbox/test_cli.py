@@ -1,6 +1,8 @@
 """The command line: unusable tasks and arguments exit 2 with one stderr line; results exit 0."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 VALID_TASK = '''import torch
@@ -117,3 +119,22 @@ def test_demo_prints_a_reward_line_and_warns_of_a_build_only_when_cold(run_sandb
     again = run_sandbox("demo", "--backend", "cpu", env=cli_env)
     assert again.returncode == 0 and again.stdout.startswith("reward"), again.stderr[-2000:]
     assert again.stderr.splitlines()[0] == ("judging relu_add_workspace on task relu_add.py on the cpu backend")
+
+
+def test_baselines_times_every_task_once_and_resumes(run_sandbox, tmp_path):
+    root = tmp_path / "bench" / "level1"
+    root.mkdir(parents=True)
+    (root / "1_relu_add.py").write_text(VALID_TASK)
+    (root / "2_broken.py").write_bytes(MALFORMED_TASKS["get_inputs_raises"])
+    out = tmp_path / "baselines.jsonl"
+    args = ("baselines", "--benchmark-root", tmp_path / "bench", "--out", out, "--backend", "cpu",
+            "--no-compile-baseline", "--warmup", "1", "--repeats", "3")
+    first = run_sandbox(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    rows = {row["id"]: row for row in map(json.loads, out.read_text().splitlines())}
+    assert set(rows) == {"level1/1_relu_add.py", "level1/2_broken.py"}, rows
+    assert rows["level1/1_relu_add.py"]["eager_us"] > 0 and "no inputs today" in rows["level1/2_broken.py"]["task_error"]
+    again = run_sandbox(*args)
+    assert again.returncode == 0 and "2 already in" in again.stderr and len(out.read_text().splitlines()) == 2
+    missing = run_sandbox("baselines", "--benchmark-root", tmp_path / "nowhere", "--out", out, "--backend", "cpu")
+    assert missing.returncode == 2 and "not a directory" in missing.stderr

@@ -1,4 +1,5 @@
 """CUDA end-to-end checks on a real GPU (marked gpu; skipped without CUDA)."""
+import dataclasses
 import shutil
 from pathlib import Path
 
@@ -161,3 +162,143 @@ def test_kernel_skipping_repeated_input_pointers_is_a_mismatch(cfg, tmp_path):
         "  const int64_t n4 = n / 4;")
     m = evaluate(RELU_ADD, ws, cfg)
     assert m.error == "mismatch" and graduated_reward(m) == -1
+
+
+# ------------------------------------------------------------------ timed calls told apart (issue 19)
+
+# Counts fixed (no time-based warm-up) so that a solution can count the calls; 16 timed runs.
+COUNTED_TIMING = dict(warmup=5, warmup_ms=0.0, repeats=16)
+ADVERSARY = '''
+import json
+import os
+import threading
+
+import torch
+import torch.nn as nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+import cuda_extension
+
+{preamble}
+
+
+class ModelNew(nn.Module):
+    def forward(self, a, b):
+        if _watched(a, b):
+            return cuda_extension.relu_add(a.contiguous(), b.contiguous())
+        return torch.empty_like(a)  # uninitialised: whatever the caching allocator hands back
+'''
+# Honest while the state equals the state of the second call (a verified trial; the first call's
+# allocator state differs from every later one, verified or not, before any input is refilled).
+LEARNED = '''
+_calls, _seen = [0], []
+
+
+def _watched(a, b):
+    _calls[0] += 1
+    state = ({signal})
+    if _calls[0] == 2:
+        _seen.append(state)
+    return _calls[0] < 2 or state == _seen[0]
+'''
+GPU_SIGNALS = {
+    "memory_and_stream": "torch.cuda.memory_allocated(), torch.cuda.memory_reserved(), "
+                         "torch.cuda.current_stream().cuda_stream, torch.cuda.current_stream().query()",
+    "recorder_grad_thread": "torch.autograd._profiler_enabled(), torch._C._len_torch_dispatch_stack(), "
+                            "repr(_get_current_dispatch_mode()), torch.is_grad_enabled(), threading.get_ident()",
+    "input_tensors": "a.data_ptr(), b.data_ptr(), a.stride(), a.storage_offset(), id(a), a.requires_grad",
+}
+COUNTED = '''
+_timing = json.load(open(f"../{os.path.basename(os.getcwd())}.job.json"))["timing"]
+_TIMED = range(5 + 1, 5 + _timing["warmup"] + _timing["repeats"] + 1)
+_calls = [0]
+
+
+def _watched(a, b):
+    _calls[0] += 1
+    return _calls[0] not in _TIMED
+'''
+
+
+def with_spot_checks(cfg, probability):
+    return dataclasses.replace(cfg, timing=dataclasses.replace(cfg.timing, spot_check_probability=probability,
+                                                               **COUNTED_TIMING))
+
+
+def adversary_workspace(tmp_path: Path, preamble: str) -> Path:
+    ws = tmp_path / "ws"
+    shutil.copytree(CUDA_SOLUTIONS / "relu_add_workspace", ws)
+    (ws / "model_new.py").write_text(ADVERSARY.format(preamble=preamble))
+    return ws
+
+
+@pytest.mark.parametrize("signal", list(GPU_SIGNALS))
+def test_timed_calls_look_like_verified_calls_on_the_gpu(cfg, tmp_path, signal):
+    # Every timed output is checked: a pass means the adversary computed in every timed run,
+    # i.e. memory, stream, recorder, grad mode, thread and input tensors never told it apart.
+    ws = adversary_workspace(tmp_path, LEARNED.replace("{signal}", GPU_SIGNALS[signal]))
+    m = evaluate(RELU_ADD, ws, with_spot_checks(cfg, 1.0))
+    assert m.correct and m.error is None, (m.error, m.error_detail, m.violations)
+    assert m.spot_checks == COUNTED_TIMING["repeats"] and graduated_reward(m) >= 1
+
+
+def test_garbage_in_the_timed_runs_only_is_a_timing_output_mismatch_on_the_gpu(cfg, tmp_path):
+    m = evaluate(RELU_ADD, adversary_workspace(tmp_path, COUNTED), with_spot_checks(cfg, 0.5))
+    assert m.error == "violation" and graduated_reward(m) == -1, (m.error, m.error_detail)
+    assert any(v.startswith("timing_output_mismatch: timed run") for v in m.violations), m.violations
+    assert m.trials_passed == 5 and m.runtime_us is None
+
+
+def test_kernel_on_the_current_stream_passes_every_spot_check(cfg):
+    # The example launches on at::cuda::getCurrentCUDAStream(), as a kernel should.
+    m = evaluate(RELU_ADD, CUDA_SOLUTIONS / "relu_add_workspace", with_spot_checks(cfg, 1.0))
+    assert m.correct and m.error is None, (m.error, m.error_detail)
+    assert m.spot_checks == COUNTED_TIMING["repeats"] and m.stage_seconds["spot_checks"] > 0
+
+
+# ------------------------------------------------------------------ trial data at KernelBench's sizes (issue 16)
+
+BIG_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return torch.relu(a + b)
+
+
+def get_inputs():
+    return [torch.randn({rows}, {cols}), torch.randn({rows}, {cols})]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def big_task(tmp_path: Path, rows: int, cols: int) -> Path:
+    task = tmp_path / f"relu_add_{rows}x{cols}.py"
+    task.write_text(BIG_TASK.format(rows=rows, cols=cols))
+    return task
+
+
+def test_six_gib_of_trial_data_is_judged_through_device_memory_only(cfg, tmp_path):
+    # Two 2 GiB inputs and a 2 GiB output (19_ReLU's input is 6 GiB): inputs are made on the GPU,
+    # the output crosses to the reference worker in 64 MiB steps, neither worker's host memory
+    # holds more than about one output.
+    task = big_task(tmp_path, 4096, 131072)
+    small = dataclasses.replace(cfg, num_correct_trials=2, post_timing_trials=1, compile_baseline=False,
+                                timing=dataclasses.replace(cfg.timing, repeats=5))
+    m = evaluate(task, CUDA_SOLUTIONS / "relu_add_workspace", small)
+    assert m.correct and m.error is None, (m.error, m.error_detail)
+    assert m.trials_passed == 3 and m.runtime_us > 0
+    assert m.worker_max_rss_mb["run"] < 2048 + 1500 and m.worker_max_rss_mb["reference"] < 2 * 2048 + 1500, \
+        m.worker_max_rss_mb
+
+
+def test_a_trial_larger_than_the_device_is_one_task_error_naming_the_bytes(cfg, tmp_path):
+    from sandbox.errors import TaskError
+
+    task = big_task(tmp_path, 65536, 1 << 20)  # 2 x 256 GiB of inputs
+    with pytest.raises(TaskError, match=r"one trial of this task needs \d+ bytes per worker .* bytes free on"):
+        evaluate(task, CUDA_SOLUTIONS / "relu_add_workspace", dataclasses.replace(cfg, device_memory_limit_gb=0))

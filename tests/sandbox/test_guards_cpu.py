@@ -217,8 +217,8 @@ def scheduler(request, tmp_path_factory, small_task, example_paths, sandbox_cach
             res = run_cli(task, job.solution, "--no-compile-baseline", *job.cli)
             assert res.returncode == 0 and res.data is not None, res.stderr[-3000:]
             return res.data
-        cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), timing=TIMING, compile_baseline=False,
-                            **job.config)
+        cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
+                            **{"timing": TIMING, **job.config})
         m = evaluate(task, job.solution, cfg)
         data = m.to_dict()
         data["reward"] = reward_fn("graduated")(m)
@@ -394,7 +394,8 @@ DISABLED_MODES = {
 @evaluates(lambda ctx, p: Job(single_file(ctx, DISABLED_MODES[p["switch"]])))
 @pytest.mark.parametrize("switch", list(DISABLED_MODES))
 def test_pytorch_compute_with_dispatch_modes_switched_off_is_a_torch_op_violation(verdict, switch):
-    assert_violation(verdict, "torch_op", "aten.relu", "dispatch modes switched off")
+    # The recorder is a RecordFunction callback, which switching dispatch modes off does not touch.
+    assert_violation(verdict, "torch_op", "aten.relu")
 
 
 # ================================================================== 2. other libraries
@@ -480,8 +481,13 @@ def test_output_cached_by_input_pointer_or_shape_is_a_mismatch(verdict, key):
 @evaluates(lambda ctx, p: Job(copy_workspace(ctx, kernel=HONEST_FOR_FIVE_CALLS),
                               config={"num_correct_trials": 5, "post_timing_trials": 2}), workspace=True)
 def test_kernel_honest_only_for_the_first_calls_fails_after_timing(verdict):
-    assert_failed(verdict, "mismatch")
-    assert "after timing" in verdict["error_detail"], describe(verdict)
+    # A spot-checked timed run (if one was drawn) or else the first post-timing trial catches it.
+    assert verdict["reward"] == -1.0 and verdict["correct"] is False, describe(verdict)
+    if verdict["error"] == "violation":
+        assert_violation(verdict, "timing_output_mismatch", "timed run")
+    else:
+        assert_failed(verdict, "mismatch")
+        assert "after timing" in verdict["error_detail"], describe(verdict)
     assert verdict["trials_passed"] == 5, describe(verdict)
     assert verdict["runtime_us"] is None, describe(verdict)
 
@@ -595,10 +601,15 @@ PATCHED_HARNESS = {
 
         __main__.measure = lambda *args, **kwargs: [0.001] * 3
     """,
-    "sandbox.timing._timed_runs": """
+    "sandbox.timing.timed_runs": """
         import sandbox.timing
 
-        sandbox.timing._timed_runs = lambda one_run, make_inputs, cfg: [0.001] * cfg.repeats
+        sandbox.timing.timed_runs = lambda call, cfg, after_timed=None: [0.001] * cfg.repeats
+    """,
+    "__main__.timed_runs": """
+        import __main__
+
+        __main__.timed_runs = lambda call, cfg, after_timed=None: [0.001] * cfg.repeats
     """,
     "sandbox.measurement.TimingStats.from_samples": """
         from sandbox.measurement import TimingStats
@@ -747,6 +758,200 @@ def test_tampered_timing_inputs_are_task_tampering(verdict, way):
     assert_violation(verdict, "task_tampered", TIMING_INPUT_TAMPERING[way][1])
 
 
+# ================================================================== 6b. timed runs told apart from verified ones
+# Each adversary computes honestly while it believes it is verified and returns an uninitialised
+# tensor otherwise (the reported exploit: reward 3, 87x, before timed outputs were checked).
+
+GARBAGE_UNLESS_WATCHED = """
+if _watched(a, b):
+    return cuda_extension.relu_add(a.contiguous(), b.contiguous())
+return torch.empty_like(a)  # uninitialised: whatever the allocator hands back
+"""
+# "Watched" = the state this signal shows now equals the state at the first call, which is
+# always a verified trial: the strongest use of a signal, whichever way it differs.
+LEARNED_SIGNAL = """
+import threading
+
+from torch.utils._python_dispatch import _get_current_dispatch_mode
+
+_first = []
+
+
+def _watched(a, b):
+    state = ({signal})
+    if not _first:
+        _first.append(state)
+    return state == _first[0]
+"""
+SIGNALS = {
+    "recorder": "torch.autograd._profiler_enabled(), torch._C._len_torch_dispatch_stack(), "
+                "repr(_get_current_dispatch_mode())",
+    "grad_mode": "torch.is_grad_enabled(), torch.is_inference_mode_enabled(), torch.get_num_threads()",
+    "thread": "threading.get_ident(), threading.current_thread().name",
+    "input_tensors": "a.data_ptr(), b.data_ptr(), a.stride(), a.storage_offset(), a.requires_grad, id(a), "
+                     "a.is_contiguous(), a.dtype, a.device",
+}
+# Every timed output is checked here, so a pass means the adversary computed in every timed run.
+EVERY_RUN_CHECKED = {"timing": TimingConfig(warmup=1, repeats=3, spot_check_probability=1.0)}
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(
+    GARBAGE_UNLESS_WATCHED, preamble=LEARNED_SIGNAL.replace("{signal}", SIGNALS[p["signal"]]))),
+    config=EVERY_RUN_CHECKED), workspace=True)
+@pytest.mark.parametrize("signal", list(SIGNALS))
+def test_timed_calls_look_like_verified_calls(verdict, signal):
+    # Recorder, grad mode, thread and input tensors are the same in every call: the adversary
+    # never sees a difference, so it computes in every call (or it would have been caught).
+    assert_passes(verdict)
+    assert verdict["spot_checks"] == 3, describe(verdict)
+
+
+STATIC_SIGNALS = {
+    # What used to be on only while verified: the autograd profiler and a dispatch mode.
+    "recorder_on": ("torch.autograd._profiler_enabled() or torch._C._len_torch_dispatch_stack() > 0", "trial 0"),
+    # Verified calls used to come in quick succession; now timed and verified calls alike do.
+    "slow_succession": ("_gap() > 0.02", "trial "),
+}
+STATIC_PREAMBLE = """
+import time
+
+_last = [None]
+
+
+def _gap():
+    now, last = time.perf_counter(), _last[0]
+    _last[0] = now
+    return float("inf") if last is None else now - last
+
+
+def _watched(a, b):
+    return {signal}
+"""
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(
+    GARBAGE_UNLESS_WATCHED, preamble=STATIC_PREAMBLE.replace("{signal}", STATIC_SIGNALS[p["signal"]][0])))),
+    workspace=True)
+@pytest.mark.parametrize("signal", list(STATIC_SIGNALS))
+def test_signals_of_the_old_verified_calls_give_garbage_in_a_verified_call(verdict, signal):
+    assert_failed(verdict, "mismatch")
+    detail = verdict["error_detail"]
+    assert detail.startswith(STATIC_SIGNALS[signal][1]) and "after timing" not in detail, describe(verdict)
+
+
+# Call counting cannot be taken away (verification comes first). The job says how many warm-up
+# and timed runs follow: garbage in exactly those, honest in the verified trials before and after.
+COUNTED_CALLS = """
+import json
+import os
+
+# Each worker runs in <evaluation>/<role>, next to <role>.job.json (the build worker imports it too).
+_timing = json.load(open(f"../{os.path.basename(os.getcwd())}.job.json"))["timing"]
+_TIMED = range(5 + 1, 5 + _timing["warmup"] + _timing["repeats"] + 1)
+_calls = [0]
+
+
+def _watched(a, b):
+    _calls[0] += 1
+    return _calls[0] not in _TIMED
+"""
+# With a 0.5 chance per run, 16 runs all go unchecked once in 65536 evaluations.
+COUNTED_CONFIG = {"timing": TimingConfig(warmup=1, warmup_ms=0, repeats=16, spot_check_probability=0.5)}
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(
+    GARBAGE_UNLESS_WATCHED, preamble=COUNTED_CALLS)), config=COUNTED_CONFIG), workspace=True)
+def test_garbage_in_the_timed_runs_only_is_a_timing_output_mismatch(verdict):
+    assert_violation(verdict, "timing_output_mismatch", "timed run")
+    assert verdict["trials_passed"] == 5 and verdict["runtime_us"] is None, describe(verdict)
+
+
+# The job files used to carry the trial and timing seeds: answers could be computed at import
+# time, unguarded, and looked up by content in every call. Now seeds are drawn per call.
+PRECOMPUTED_FROM_JOB_SEEDS = """
+import glob
+import json
+
+import model as _task
+
+_answers = {}
+for _path in glob.glob("../*.job.json"):
+    for _key, _value in json.load(open(_path)).items():
+        for _base in (_value if isinstance(_value, list) else [_value]) if "seed" in _key else []:
+            for _i in range(40):
+                torch.manual_seed(_base + _i)
+                _a, _b = _task.get_inputs()
+                _answers[tuple(_a[:8].tolist())] = torch.relu(_a + _b)
+"""
+
+
+@evaluates(lambda ctx, p: Job(single_file(ctx, "return _answers.get(tuple(a[:8].tolist()), torch.empty_like(a))",
+                                          PRECOMPUTED_FROM_JOB_SEEDS)))
+def test_answers_precomputed_from_seeds_in_job_files_are_a_mismatch(verdict):
+    assert_failed(verdict, "mismatch")
+    assert "trial 0" in verdict["error_detail"], describe(verdict)
+
+
+# Ways around the operator recorder itself.
+AROUND_THE_RECORDER = {
+    "another_thread": ("""
+        import threading
+        _out = []
+        _worker = threading.Thread(target=lambda: _out.append(torch.relu(a + b)))
+        _worker.start()
+        _worker.join()
+        return _out[0]
+    """, "torch_op", "another thread"),
+    "record_function_off": ("""
+        torch.autograd._enable_record_function(False)
+        try:
+            return torch.relu(a + b)
+        finally:
+            torch.autograd._enable_record_function(True)
+    """, "harness_tampered", "switch the operator recorder off"),
+    "redispatch": ("""
+        _cpu = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+        _sum = torch.ops.aten.add.Tensor.redispatch(_cpu, a, b)
+        return torch.ops.aten.clamp_min.default.redispatch(_cpu, _sum, 0.0)
+    """, "torch_op", "aten.add"),
+}
+
+
+@evaluates(lambda ctx, p: Job(single_file(ctx, AROUND_THE_RECORDER[p["way"]][0])))
+@pytest.mark.parametrize("way", list(AROUND_THE_RECORDER))
+def test_torch_compute_around_the_recorder_is_a_violation(verdict, way):
+    _, kind, needle = AROUND_THE_RECORDER[way]
+    assert_violation(verdict, kind, needle)
+
+
+# Legitimate look-alikes: behaviour that differs between calls without depending on being watched.
+LEGITIMATE_VARIATION = {
+    "speed_varies": ("""
+        import time
+        _calls = [0]
+    """, """
+        _calls[0] += 1
+        if _calls[0] % 3 == 0:
+            time.sleep(0.002)  # every third call is slower (think: a contended resource)
+        return cuda_extension.relu_add(a.contiguous(), b.contiguous())
+    """),
+    "cached_workspace": ("_cache = {}", """
+        if "scratch" not in _cache:  # allocated once, reused by every later call
+            _cache["scratch"], _cache["out"] = torch.empty_like(a), torch.empty_like(a)
+        _cache["scratch"].copy_(a)
+        _cache["out"].copy_(cuda_extension.relu_add(_cache["scratch"], b.contiguous()))
+        return _cache["out"]  # the same tensor every call
+    """),
+}
+
+
+@evaluates(lambda ctx, p: Job(copy_workspace(ctx, model_new=workspace_model_new(
+    LEGITIMATE_VARIATION[p["kind"]][1], preamble=LEGITIMATE_VARIATION[p["kind"]][0]))), workspace=True)
+@pytest.mark.parametrize("kind", list(LEGITIMATE_VARIATION))
+def test_legitimate_variation_between_calls_passes(verdict, kind):
+    assert_passes(verdict)
+
+
 # ================================================================== 7. reduced precision
 
 BF16_ROUNDING = kernel_source(prelude="""
@@ -833,7 +1038,7 @@ def test_compile_bomb_is_a_compile_error(verdict):
 
 
 @evaluates(lambda ctx, p: Job(single_file(ctx, "return torch.empty(40_000_000)"),
-                              config={"file_size_limit_mb": 64, "run_timeout_s": 120}))
+                              config={"file_size_limit_mb": 64, "max_output_mb": 64, "run_timeout_s": 120}))
 def test_giant_outputs_fail_within_the_file_size_limit(verdict):
     # A stage timeout would be an error outside the accepted ones: the limit stops it early.
     assert verdict["reward"] == -1.0 and verdict["correct"] is False, describe(verdict)

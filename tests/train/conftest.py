@@ -3,6 +3,7 @@ train.yaml composed with overrides that shrink everything to seconds on a CPU, a
 train.py as a user types it."""
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -18,6 +19,9 @@ torch.set_num_threads(1)
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE_TASKS = ROOT / "examples" / "kernelbench_sample"
+# The task and solution of the expert trajectory (a real episode with reward > 0, for RFT).
+EXPERT_TASK = SAMPLE_TASKS / "level1" / "1_ReLU.py"
+EXPERT_SOLUTION = ROOT / "examples" / "kernelbench_sample_solutions" / "cpu" / "level1" / "1_ReLU"
 
 
 @pytest.fixture(scope="session")
@@ -93,3 +97,27 @@ def run_train(tiny_model_dir: Path, sandbox_cache: Path) -> Callable[..., subpro
                               text=True, timeout=timeout, **popen)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def expert_trajectories(tiny_model_dir, sandbox_cache, tmp_path_factory) -> Path:
+    """One real expert episode (write, compile, verify, profile, finish through the CPU sandbox)
+    tokenised with the tiny model's tokenizer: a trajectory with reward > 0 for RFT."""
+    from transformers import AutoTokenizer
+
+    from sandbox.config import SandboxConfig, TimingConfig
+    from sandbox.pool import SandboxPool
+    from src.agent import AgentConfig, TrajectoryWriter
+    from src.agent.offline_model import expert_episode
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
+                        timing=TimingConfig(warmup=1, warmup_ms=0.0, repeats=3), build_workers=1)
+    path = tmp_path_factory.mktemp("expert") / "expert.jsonl"
+    with SandboxPool(cfg) as pool:
+        episode = expert_episode(EXPERT_TASK, EXPERT_SOLUTION, tokenizer, pool, AgentConfig(max_turns=12), "cpu",
+                                 reward="graduated")
+        traj = asyncio.run(episode)
+    assert traj.reward is not None and traj.reward > 0, (traj.stop_reason, traj.final_measurement)
+    TrajectoryWriter(path).append(traj)
+    return path

@@ -4,17 +4,12 @@ stage's checkpoint into the next: warm-up -> RFT (on an expert trajectory) -> va
 user sees for unusable input."""
 from __future__ import annotations
 
-import asyncio
 import csv
 import json
 from pathlib import Path
 
 import pytest
 import torch
-
-ROOT = Path(__file__).resolve().parents[2]
-TASK = ROOT / "examples" / "kernelbench_sample" / "level1" / "1_ReLU.py"
-SOLUTION = ROOT / "examples" / "kernelbench_sample_solutions" / "cpu" / "level1" / "1_ReLU"
 
 
 def ckpt_state(run: Path) -> dict[str, torch.Tensor]:
@@ -33,29 +28,6 @@ def metric_columns(run: Path) -> tuple[list[str], list[dict]]:
     with open(run / "metrics.csv") as f:
         rows = list(csv.DictReader(f))
     return (list(rows[0]) if rows else []), rows
-
-
-@pytest.fixture(scope="module")
-def expert_trajectories(tiny_model_dir, sandbox_cache, tmp_path_factory) -> Path:
-    """One real expert episode (write, compile, verify, profile, finish through the CPU sandbox)
-    tokenised with the tiny model's tokenizer: a trajectory with reward > 0 for RFT."""
-    from transformers import AutoTokenizer
-
-    from sandbox.config import SandboxConfig, TimingConfig
-    from sandbox.pool import SandboxPool
-    from src.agent import AgentConfig, TrajectoryWriter
-    from src.agent.offline_model import expert_episode
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
-    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False,
-                        timing=TimingConfig(warmup=1, warmup_ms=0.0, repeats=3), build_workers=1)
-    path = tmp_path_factory.mktemp("expert") / "expert.jsonl"
-    with SandboxPool(cfg) as pool:
-        traj = asyncio.run(expert_episode(TASK, SOLUTION, tokenizer, pool, AgentConfig(max_turns=12), "cpu",
-                                          reward="graduated"))
-    assert traj.reward is not None and traj.reward > 0, (traj.stop_reason, traj.final_measurement)
-    TrajectoryWriter(path).append(traj)
-    return path
 
 
 def test_the_four_stages_chain_through_init_from(compose_train, expert_trajectories, tmp_path):

@@ -1,0 +1,324 @@
+"""The paper's pipeline on the task family, from a behaviour-cloned actor
+(scripts/make_family_actor.py): single-turn warm-up PPO -> RFT -> value pretraining -> agentic
+PPO, each stage one ``train.py`` run whose ``init_from`` is the previous stage's output, for
+every seed, reward (graduated / binary / continuous) and ablation:
+
+    full      warm-up -> RFT -> value pretraining (on RFT's sampled trajectories) -> PPO
+    no_rft    warm-up -> value pretraining (trajectories sampled by the warm-up actor) -> PPO
+    no_value  warm-up -> RFT -> PPO with a fresh critic (the RFT actor alone: actor_only.ckpt)
+
+Stages that runs share are run once (no_value reuses full's warm-up and RFT; with
+--reward-stages agentic, every reward's PPO starts from one graduated-reward warm-up, RFT and
+value pretraining). A stage whose
+directory holds pipeline_done.json is skipped; one with a checkpoint but no marker (killed) is
+resumed (ckpt_path=last); so a killed command, rerun, continues where it stopped. With
+--time-budget-s no stage starts after the budget and a running one is stopped at it (exit 3:
+rerun to continue).
+
+Launch lines (from the repository root; the tasks are the CPU family, so the sandbox is the CPU
+one; the model trains on --trainer's device):
+    # CPU, a toy run (one seed, graduated reward, the full pipeline, a few steps per stage):
+    python scripts/family_pipeline.py --actor outputs/family/actor --out outputs/family/runs \\
+        --seeds 0 --rewards graduated --ablations full --steps 2,2,2,3 --tasks-per-step 2
+    # One GPU, the 3-seed curves and the ablations (rerun until it exits 0; each call <= 10 min):
+    python scripts/family_pipeline.py --actor outputs/family/actor --out outputs/family/runs \\
+        --trainer gpu --seeds 0,1,2 --rewards graduated,binary,continuous --ablations full,no_rft,no_value \\
+        --time-budget-s 540
+    python scripts/plot_family.py --runs outputs/family/runs --out docs/figures
+
+Layout: <out>/<reward>/seed<k>/{warmup, rft, rft_actor_only, value, value_no_rft,
+agentic_full, agentic_no_rft, agentic_no_value}/ (each a train.py output_dir: metrics.csv,
+checkpoints/, rollouts/), and <out>/pipeline.jsonl (one line per stage run: command, status,
+seconds).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+REWARDS = ("graduated", "binary", "continuous")
+ABLATIONS = ("full", "no_rft", "no_value")
+DONE = "pipeline_done.json"
+# Exit status when the time budget ran out before every stage was done (rerun to continue).
+INCOMPLETE = 3
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One train.py run: its directory name, the train.py stage, and where it starts from."""
+
+    name: str
+    stage: str
+    # The stage directory whose checkpoint is init_from ("": the BC actor as configured).
+    init: str = ""
+    # value stages: the stage directory whose sampled trajectories are fitted ("": sample).
+    trajectories: str = ""
+
+
+# Every stage any ablation needs; an ablation needs its agentic stage and what that starts from.
+STAGES = {s.name: s for s in (
+    Stage("warmup", "warmup"),
+    Stage("rft", "rft", init="warmup"),
+    Stage("value", "value_pretrain", init="rft", trajectories="rft"),
+    Stage("value_no_rft", "value_pretrain", init="warmup"),
+    Stage("agentic_full", "agentic_rl", init="value"),
+    Stage("agentic_no_rft", "agentic_rl", init="value_no_rft"),
+    Stage("agentic_no_value", "agentic_rl", init="rft_actor_only"),
+)}
+# The reward of the stages before agentic PPO when they are shared (--reward-stages agentic).
+SHARED_REWARD = "graduated"
+# A pseudo-stage: the RFT checkpoint with the critic's tensors removed (a fresh critic next).
+ACTOR_ONLY = "rft_actor_only"
+
+
+def stages_for(ablations: Sequence[str]) -> list[Stage]:
+    """The stages the ablations need, each once, every stage after the ones it starts from."""
+    order: list[Stage] = []
+
+    def need(name: str) -> None:
+        name = "rft" if name == ACTOR_ONLY else name
+        stage = STAGES[name]
+        for before in (stage.init, stage.trajectories):
+            if before:
+                need(before)
+        if stage not in order:
+            order.append(stage)
+
+    for ablation in ablations:
+        need(f"agentic_{ablation}")
+    return order
+
+
+@dataclass
+class Settings:
+    """What every stage run gets: the actor, the devices, sizes and learning rates."""
+
+    actor: str
+    trainer: str = "cpu"
+    logger: str = "csv"
+    # Steps of warm-up, RFT, value pretraining and agentic PPO.
+    steps: tuple[int, int, int, int] = (8, 16, 16, 24)
+    # Validation (held-out tasks) every this many agentic PPO steps.
+    val_every: int = 6
+    tasks_per_step: int = 8
+    samples_per_task: int = 4
+    max_tasks: int = 0
+    val_tasks: int = 16
+    max_turns: int = 10
+    max_new_tokens: int = 2048
+    actor_lr: float = 2e-5
+    sft_lr: float = 1e-4
+    critic_lr: float = 1e-4
+    # Which stages train on the run's reward: "all", or "agentic" (warm-up, RFT and value
+    # pretraining on the graduated reward, shared by every reward's PPO: a cheaper comparison).
+    reward_stages: str = "all"
+    # Extra Hydra overrides: "key=value" for every stage, "stage_name:key=value" for one.
+    extra: list[str] = field(default_factory=list)
+
+
+def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Settings,
+                    source_dir: Optional[Path] = None) -> list[str]:
+    """train.py's command-line overrides for one stage of one (reward, seed) run; the stages it
+    starts from are in ``source_dir`` (default: ``run_dir``)."""
+    source_dir = source_dir or run_dir
+    warm, rft, value, ppo = s.steps
+    steps = {"warmup": warm, "rft": rft, "value_pretrain": value, "agentic_rl": ppo}[stage.stage]
+    out = [f"stage={stage.stage}", "data=family", "sandbox=cpu", f"reward={reward}", f"seed={seed}",
+           f"trainer={s.trainer}", f"logger={s.logger}", f"output_dir={run_dir / stage.name}",
+           f"model.actor.name_or_path={s.actor}", f"trainer.max_steps={steps}",
+           f"data.tasks_per_step={s.tasks_per_step}", f"data.samples_per_task={s.samples_per_task}",
+           f"data.max_tasks={s.max_tasks}", f"data.val_max_tasks={s.val_tasks}",
+           f"agent.max_new_tokens_per_turn={s.max_new_tokens}",
+           f"actor_optimizer.lr={s.sft_lr if stage.stage == 'rft' else s.actor_lr}", f"critic_optimizer.lr={s.critic_lr}"]
+    if stage.stage != "warmup":
+        out.append(f"agent.max_turns={s.max_turns}")
+    if stage.stage == "agentic_rl":  # the curves' held-out points, the last one at the final step
+        out.append(f"trainer.val_check_interval={min(s.val_every, steps)}")
+    elif stage.stage in ("warmup", "rft"):  # held-out metrics once, after the stage
+        out.append(f"trainer.val_check_interval={steps}")
+    if stage.stage in ("rft", "value_pretrain"):
+        out.append("stage.module.sample_rounds=1")
+    if stage.init:
+        init = source_dir / stage.init
+        out.append(f"init_from={init / 'actor_only.ckpt' if stage.init == ACTOR_ONLY else init}")
+    if stage.trajectories:
+        out.append(f"stage.module.trajectories={source_dir / stage.trajectories / 'rollouts' / 'sample.rank0.jsonl'}")
+    if s.logger == "wandb":
+        out += [f"logger.wandb.group={reward}-{stage.name}", f"logger.wandb.name={reward}-seed{seed}-{stage.name}"]
+    for item in s.extra:
+        name, sep, override = item.partition(":")
+        if sep and "=" not in name:
+            out += [override] if name == stage.name else []
+        else:
+            out.append(item)
+    return out
+
+
+def write_actor_only(rft_dir: Path) -> Path:
+    """The RFT checkpoint's actor tensors alone (``init_from`` of the no-value ablation: the
+    agentic stage then builds a fresh critic instead of loading the warm-up critic RFT carried)."""
+    import torch
+
+    target = rft_dir.parent / ACTOR_ONLY / "actor_only.ckpt"
+    if target.exists():
+        return target
+    state = torch.load(rft_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    torch.save({"state_dict": {k: v for k, v in state.items() if k.startswith("actor.")}}, partial)
+    os.replace(partial, target)
+    return target
+
+
+def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], log: Path) -> str:
+    """Run one stage (or resume or skip it); returns done, skipped, stopped or failed."""
+    if (stage_dir / DONE).exists():
+        return "skipped"
+    if (stage_dir / "checkpoints" / "last.ckpt").exists():
+        overrides = overrides + ["ckpt_path=last"]
+    elif stage_dir.exists():  # a start killed before its first checkpoint: nothing to keep
+        import shutil
+
+        shutil.rmtree(stage_dir)
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "train.py", *overrides]
+    started = time.monotonic()
+    status = launch(command, stage_dir / "pipeline.log", None if deadline is None else deadline - time.monotonic())
+    seconds = round(time.monotonic() - started, 1)
+    if status == "done":
+        (stage_dir / DONE).write_text(json.dumps({"seconds": seconds, "command": command}) + "\n")
+    with log.open("a") as f:
+        f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "command": command}) + "\n")
+    return status
+
+
+def launch(command: list[str], log_path: Path, timeout: Optional[float]) -> str:
+    """train.py in its own process group (stopping it stops its sandbox workers too)."""
+    with log_path.open("a") as log:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            return "done" if proc.wait(timeout=timeout) == 0 else "failed"
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            return "stopped"
+
+
+def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
+                 settings: Settings, time_budget_s: float = 0.0) -> dict[str, str]:
+    """Every stage of every (reward, seed) run, in order; returns each stage directory's status."""
+    deadline = time.monotonic() + time_budget_s if time_budget_s > 0 else None
+    out.mkdir(parents=True, exist_ok=True)
+    statuses: dict[str, str] = {}
+    for reward in rewards:
+        for seed in seeds:
+            run_dir = out / reward / f"seed{seed}"
+            for stage in stages_for(ablations):
+                shared = settings.reward_stages == "agentic" and stage.stage != "agentic_rl"
+                stage_reward = SHARED_REWARD if shared else reward
+                stage_dir = out / stage_reward / f"seed{seed}" / stage.name
+                source = out / (SHARED_REWARD if settings.reward_stages == "agentic" else reward) / f"seed{seed}"
+                key = str(stage_dir)
+                if key in statuses:
+                    continue  # a shared stage, already run for an earlier reward
+                if deadline is not None and time.monotonic() >= deadline:
+                    statuses[key] = "not_started"
+                    continue
+                if stage.init == ACTOR_ONLY:
+                    write_actor_only(source / "rft")
+                overrides = stage_overrides(stage, stage_dir.parent, stage_reward, seed, settings, source)
+                statuses[key] = run_stage(stage_dir, overrides, deadline, out / "pipeline.jsonl")
+                if statuses[key] == "failed":
+                    print(f"family_pipeline: {key} failed; its log: {key}/pipeline.log", file=sys.stderr)
+                    return statuses
+    return statuses
+
+
+def parse_list(text: str, allowed: Sequence[str], what: str) -> list[str]:
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    unknown = [x for x in items if x not in allowed]
+    if unknown or not items:
+        usage_error(f"{what} must be a comma-separated subset of "
+                         f"{', '.join(allowed)}, got {text!r}")
+    return items
+
+
+def usage_error(message: str) -> None:
+    """Unusable input: one line on stderr, exit status 2."""
+    print(f"family_pipeline: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    d = Settings(actor="")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--actor", required=True, help="the behaviour-cloned actor (make_family_actor.py --out)")
+    p.add_argument("--out", default=str(ROOT / "outputs" / "family" / "runs"))
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--rewards", default="graduated", help=f"comma-separated: {', '.join(REWARDS)}")
+    p.add_argument("--ablations", default="full", help=f"comma-separated: {', '.join(ABLATIONS)}")
+    p.add_argument("--trainer", default=d.trainer, help="train.py trainer group: cpu, gpu")
+    p.add_argument("--logger", default=d.logger, help="csv, or wandb (offline runs, metrics.csv beside them)")
+    p.add_argument("--steps", default=",".join(map(str, d.steps)), help="warm-up,RFT,value,PPO steps")
+    p.add_argument("--val-every", type=int, default=d.val_every, help="held-out validation every N PPO steps")
+    p.add_argument("--tasks-per-step", type=int, default=d.tasks_per_step)
+    p.add_argument("--samples-per-task", type=int, default=d.samples_per_task)
+    p.add_argument("--max-tasks", type=int, default=d.max_tasks, help="training tasks used (0: all 145)")
+    p.add_argument("--val-tasks", type=int, default=d.val_tasks, help="held-out tasks per validation (0: all 38)")
+    p.add_argument("--max-turns", type=int, default=d.max_turns)
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per reply")
+    p.add_argument("--actor-lr", type=float, default=d.actor_lr, help="PPO actor learning rate")
+    p.add_argument("--sft-lr", type=float, default=d.sft_lr, help="RFT learning rate")
+    p.add_argument("--critic-lr", type=float, default=d.critic_lr)
+    p.add_argument("--set", dest="extra", action="append", default=[],
+                   help="extra train.py override: key=value (every stage) or STAGE:key=value (one stage, "
+                        "e.g. rft:stage.module.min_reward=-2); repeatable")
+    p.add_argument("--reward-stages", choices=("all", "agentic"), default="all",
+                   help="all: every stage trains on the run's reward; agentic: only PPO does (the stages "
+                        "before it run once, on the graduated reward, and every reward's PPO starts from them)")
+    p.add_argument("--time-budget-s", type=float, default=0.0, help="start no stage after this (0: no limit)")
+    return p.parse_args(argv)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    try:
+        steps = tuple(int(x) for x in args.steps.split(","))
+        seeds = [int(x) for x in args.seeds.split(",")]
+    except ValueError:
+        usage_error(f"--steps and --seeds take integers, got {args.steps!r}, {args.seeds!r}")
+    if len(steps) != 4 or min(steps) < 1:
+        usage_error(f"--steps needs 4 positive counts (warm-up,RFT,value,PPO), got {args.steps!r}")
+    if not Path(args.actor, "config.json").exists():
+        usage_error(f"--actor {args.actor} is not a model directory "
+                         "(python scripts/make_family_actor.py --out DIR makes one)")
+    settings = Settings(actor=str(Path(args.actor).absolute()), trainer=args.trainer, logger=args.logger, steps=steps,
+                        val_every=args.val_every, tasks_per_step=args.tasks_per_step,
+                        samples_per_task=args.samples_per_task, max_tasks=args.max_tasks, val_tasks=args.val_tasks,
+                        max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
+                        sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
+                        extra=list(args.extra))
+    statuses = run_pipeline(Path(args.out).absolute(), seeds, parse_list(args.rewards, REWARDS, "--rewards"),
+                            parse_list(args.ablations, ABLATIONS, "--ablations"), settings, args.time_budget_s)
+    counts = {s: sum(1 for v in statuses.values() if v == s) for s in sorted(set(statuses.values()))}
+    print(json.dumps({"out": str(Path(args.out).absolute()), "stages": counts}))
+    if "failed" in counts:
+        return 1
+    return INCOMPLETE if {"stopped", "not_started"} & set(counts) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,225 @@
+"""Train a small actor from scratch for the task family (docs/family.md), standing in for
+pre-training where no pretrained weights can be reached: a byte-level BPE tokenizer trained on
+the project's own kernel corpus (the system prompt with SKILL.md and the tool schemas, every
+training task's prompt, every text the scripted teacher writes for those tasks), then behaviour
+cloning on teacher episodes that ran through the real tools and sandbox. The episodes mix the
+teacher's plans (naive -> fused, fused -> vectorised, wrong -> fixed, broken -> fixed, and ones
+that stay naive or wrong), multi-turn and single-turn, so the clone's own rollouts earn
+different rewards: what warm-up, RFT and PPO need to learn from. Only the training split's
+tasks are shown; the held-out ones (other chain signatures) stay unseen.
+
+Launch lines (from the repository root):
+    # CPU (2 cores: the "actor" size, ~1 h, most of it the teacher's sandbox calls):
+    python scripts/make_family_actor.py --out outputs/family/actor --episodes 192 --size actor \\
+        --steps 400 --device cpu
+    # One GPU (the sandbox stays the CPU one: data/family/cpu holds the tasks; ~6 min on an H200 host):
+    python scripts/make_family_actor.py --out outputs/family/actor --episodes 384 --size small \\
+        --steps 600 --batch-size 8 --device cuda --workers 12
+
+Writes to --out: the model and tokenizer (save_pretrained: load with
+model.actor.name_or_path=DIR), build.json (what was shown and the loss curve). --work-dir keeps
+the tokenizer, the demonstrations (demos_multi.jsonl, demos_single.jsonl: trajectory rows) and
+a demos.done marker: a rerun reuses recorded demonstrations and only trains again.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from data_gen.dataset import load_tasks  # noqa: E402
+from data_gen.family import ChainSpec, family_specs  # noqa: E402
+from sandbox.config import SandboxConfig, TimingConfig  # noqa: E402
+from sandbox.pool import SandboxPool  # noqa: E402
+from src.agent import AgentConfig, TrajectoryWriter, read_trajectories, run_episode  # noqa: E402
+from src.agent.episode import task_prompt  # noqa: E402
+from src.agent.offline_model import (behaviour_clone, build_chat_tokenizer, chat_corpus, save_policy,  # noqa: E402
+                                     small_model_config)
+from src.agent.policies import ScriptedPolicy  # noqa: E402
+from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, write_tasks  # noqa: E402
+
+# Single-turn demonstrations (the warm-up's mode: one reply of write_file calls, judged once):
+# which variant the reply writes, so the warm-up sees every reward from -1 to 3.
+SINGLE_TURN_MIX = {"naive": 0.2, "fused": 0.25, "vectorised": 0.3, "wrong": 0.15, "broken": 0.1}
+# The agent settings the demonstrations run under; the pipeline (scripts/family_pipeline.py)
+# gives rollouts the same turn limit.
+MAX_TURNS = 10
+
+
+def usage_error(message: str) -> None:
+    """Unusable input: one line on stderr, exit status 2."""
+    print(f"make_family_actor: error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", default=str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"), help="family parquet")
+    p.add_argument("--backend", choices=("cpu", "cuda"), default="cpu", help="sandbox backend of the demonstrations")
+    p.add_argument("--out", default=str(ROOT / "outputs" / "family" / "actor"))
+    p.add_argument("--work-dir", default="", help="tokenizer and demonstrations (default: <out>_work)")
+    p.add_argument("--max-tasks", type=int, default=0, help="first N training tasks only (0: all)")
+    p.add_argument("--episodes", type=int, default=192, help="multi-turn teacher episodes")
+    p.add_argument("--single-turn", type=float, default=0.5, help="single-turn episodes per multi-turn one")
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--size", default="actor", help="offline_model.MODEL_SIZES: tiny, actor, small, base")
+    p.add_argument("--max-positions", type=int, default=16384, help="the model's context")
+    p.add_argument("--steps", type=int, default=400, help="most behaviour-cloning steps")
+    p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--batch-size", type=int, default=4, help="demonstrations per step (0: all)")
+    p.add_argument("--target-loss", type=float, default=0.0, help="stop once a step's loss is below")
+    p.add_argument("--device", default="cpu", help="where behaviour cloning runs (cpu, cuda)")
+    p.add_argument("--workers", type=int, default=2, help="sandbox workers")
+    p.add_argument("--timing-repeats", type=int, default=5, help="timed runs per profile call")
+    p.add_argument("--no-compile-baseline", action="store_true",
+                   help="skip the torch.compile baseline (cheaper; profile then reports eager only)")
+    p.add_argument("--cache-dir", default="", help="sandbox cache (default: $CUDA_AGENT_CACHE or ~/.cache)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--no-progress", action="store_true")
+    return p.parse_args(argv)
+
+
+def training_specs(path: str, max_tasks: int) -> tuple[list[dict], list[ChainSpec]]:
+    """The training split's rows and specs (the held-out signatures are never shown)."""
+    rows = [r for r in load_tasks(path) if r.get("split") == "train"]
+    rows = rows[:max_tasks] if max_tasks > 0 else rows
+    if not rows:
+        usage_error(f"{path} has no training task of the family")
+    return rows, family_specs(rows)
+
+
+def kernel_corpus(rows: Sequence[dict], specs: Sequence[ChainSpec], backend: str) -> list[str]:
+    """Every text the episodes will hold but the sandbox's observations: system prompts and tool
+    schemas of both agent modes, task prompts, the teacher's replies of every plan."""
+    texts: list[str] = []
+    for cfg in (multi_turn_config(), single_turn_config()):
+        texts += chat_corpus([], cfg, backend) + [task_prompt(r["code"], cfg) for r in rows]
+    return texts + corpus_texts(specs, backend)
+
+
+def multi_turn_config() -> AgentConfig:
+    return AgentConfig(max_turns=MAX_TURNS)
+
+
+def single_turn_config() -> AgentConfig:
+    return AgentConfig(mode="single_turn", max_turns=1, tools=("write_file",))
+
+
+def single_turn_reply(spec: ChainSpec, backend: str, rng: random.Random) -> tuple[str, str]:
+    """(variant, the one reply writing it): a thought and its write_file calls, no sandbox call."""
+    have = set(available(spec, backend))
+    names = [v for v in SINGLE_TURN_MIX if v in have]
+    variant = rng.choices(names, weights=[SINGLE_TURN_MIX[v] for v in names])[0]
+    thought, calls = Script(spec, backend).write(variant)
+    return variant, thought + "\n" + "".join(calls)
+
+
+async def single_turn_episodes(tasks: Sequence[tuple[ChainSpec, Path]], count: int, pool: Any, backend: str,
+                               tokenizer: Any, out: Path, seed: int, concurrency: int) -> None:
+    writer, gate = TrajectoryWriter(out), asyncio.Semaphore(max(1, concurrency))
+
+    async def one(i: int) -> None:
+        spec, task = tasks[i % len(tasks)]
+        variant, reply = single_turn_reply(spec, backend, random.Random(f"single:{seed}:{i}"))
+        policy = ScriptedPolicy([reply], tokenizer=tokenizer, name=f"teacher/single_{variant}")
+        async with gate:
+            writer.append(await run_episode(task, policy, pool, single_turn_config(), backend, reward="graduated",
+                                            episode_id=f"single{i:05d}-{spec.id}-{variant}"))
+
+    await asyncio.gather(*(one(i) for i in range(count)))
+
+
+def record(args: argparse.Namespace, work: Path) -> Any:
+    """The tokenizer, and the demonstrations written to ``work`` (reused once demos.done exists)."""
+    from transformers import AutoTokenizer
+
+    if (work / "demos.done").exists():
+        return AutoTokenizer.from_pretrained(work / "tokenizer")
+    rows, specs = training_specs(args.tasks, args.max_tasks)
+    tokenizer = build_chat_tokenizer(kernel_corpus(rows, specs, args.backend), args.vocab_size)
+    tokenizer.save_pretrained(work / "tokenizer")
+    for stale in ("demos_multi.jsonl", "demos_single.jsonl"):
+        (work / stale).unlink(missing_ok=True)
+    tasks = write_tasks(rows, work / "tasks")
+    sandbox = SandboxConfig(backend=args.backend, cache_dir=args.cache_dir, build_workers=args.workers,
+                            compile_baseline=not args.no_compile_baseline,
+                            timing=TimingConfig(warmup=1, warmup_ms=0.0, repeats=args.timing_repeats))
+    with SandboxPool(sandbox) as pool:
+        asyncio.run(teacher_episodes(tasks, args.episodes, pool, multi_turn_config(), args.backend,
+                                     work / "demos_multi.jsonl", tokenizer, seed=args.seed,
+                                     concurrency=args.workers * 2))
+        asyncio.run(single_turn_episodes(tasks, round(args.episodes * args.single_turn), pool, args.backend,
+                                         tokenizer, work / "demos_single.jsonl", args.seed, args.workers * 2))
+    (work / "demos.done").touch()
+    return tokenizer
+
+
+def demonstrations(work: Path) -> list[dict]:
+    rows = []
+    for name in ("demos_multi.jsonl", "demos_single.jsonl"):
+        path = work / name
+        rows += [r for r in read_trajectories(path) if r.get("token_ids")] if path.exists() else []
+    return rows
+
+
+def reward_counts(rows: Sequence[dict]) -> dict[str, dict[str, int]]:
+    """Per agent mode, how many demonstrations ended with each reward (the spread BC shows)."""
+    out: dict[str, dict[str, int]] = {}
+    for r in rows:
+        key = f"{r['reward']:g}" if r.get("reward") is not None else "none"
+        counts = out.setdefault(r.get("mode", "multi_turn"), {})
+        counts[key] = counts.get(key, 0) + 1
+    return {mode: dict(sorted(c.items())) for mode, c in out.items()}
+
+
+def clone(args: argparse.Namespace, tokenizer: Any, rows: Sequence[dict]) -> tuple[Any, dict]:
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    model = LlamaForCausalLM(small_model_config(tokenizer, args.size, args.max_positions))
+    examples = [(r["token_ids"], r["loss_mask"]) for r in rows]
+    start = time.monotonic()
+    losses = behaviour_clone(model, examples, tokenizer.pad_token_id, args.steps, args.lr, args.device,
+                             args.target_loss, args.batch_size, progress=not args.no_progress)
+    every = max(1, len(losses) // 20)
+    return model.cpu(), {"steps": len(losses), "lr": args.lr, "batch_size": args.batch_size, "device": args.device,
+                         "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
+                         "final_loss": losses[-1], "loss_curve": [[i, round(losses[i], 5)]
+                                                                  for i in range(0, len(losses), every)]}
+
+
+def main(argv: Optional[list[str]] = None) -> dict:
+    args = parse_args(argv)
+    out = Path(args.out)
+    work = Path(args.work_dir) if args.work_dir else out.with_name(out.name + "_work")
+    work.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    tokenizer = record(args, work)
+    rows = demonstrations(work)
+    if not rows:
+        usage_error(f"no token-level demonstration in {work}")
+    model, training = clone(args, tokenizer, rows)
+    save_policy(model, tokenizer, out)
+    lengths = sorted(len(r["token_ids"]) for r in rows)
+    build = {"command": "python scripts/make_family_actor.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+             "size": args.size, "parameters": sum(p.numel() for p in model.parameters()),
+             "vocab_size": len(tokenizer), "demonstrations": len(rows), "rewards": reward_counts(rows),
+             "plans": dict(sorted({r["policy"]: sum(1 for x in rows if x["policy"] == r["policy"]) for r in rows}.items())),
+             "tokens": {"min": lengths[0], "median": lengths[len(lengths) // 2], "max": lengths[-1]},
+             "training": training, "total_s": round(time.monotonic() - started)}
+    (out / "build.json").write_text(json.dumps(build, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in build.items() if k != "training"} | {"final_loss": training["final_loss"]}))
+    return build
+
+
+if __name__ == "__main__":
+    main()

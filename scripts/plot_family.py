@@ -1,0 +1,202 @@
+"""Plot the family pipeline's runs (scripts/family_pipeline.py --out DIR): learning curves of
+agentic PPO and held-out results after RFT vs after PPO, mean and spread over seeds, per
+condition (reward x ablation).
+
+    python scripts/plot_family.py --runs outputs/family/runs --out docs/figures
+
+Reads <runs>/<reward>/seed<k>/<stage>/metrics.csv; writes to --out:
+  family_curves.png   (and _rewards.png: full pipeline per reward; _ablations.png: graduated
+                      per ablation, where there are several) per PPO step: rollout reward mean, pass rate, faster-than-compile rate,
+                      entropy, explained variance (line: mean over seeds; band: min to max)
+  family_heldout.png  held-out (val/) reward mean, pass rate, faster-than-compile rate after RFT
+                      (the actor PPO starts from) and after PPO (bar: mean; whisker: min to max)
+  family_summary.json / family_summary.md  the same numbers, per seed and aggregated
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+CURVES = (("rollout/reward_mean", "rollout reward mean"), ("rollout/pass_rate", "pass rate"),
+          ("rollout/faster_than_compile", "faster than torch.compile"), ("actor/entropy", "entropy"),
+          ("critic/explained_var", "explained variance"))
+HELDOUT = (("val/reward_mean", "held-out reward mean"), ("val/pass_rate", "held-out pass rate"),
+           ("val/faster_than_compile", "held-out faster than compile"))
+# The stage whose held-out metrics are the "before PPO" point of each ablation (the actor PPO
+# starts from; value pretraining does not change the actor). no_rft starts from the warm-up,
+# whose validation is single-turn, so it has no comparable multi-turn point.
+START = {"full": "rft", "no_value": "rft"}
+
+
+def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
+    """metric name -> [(step, value)] of one metrics.csv (empty cells skipped, order kept)."""
+    series: dict[str, list[tuple[int, float]]] = {}
+    with path.open(newline="") as f:
+        for row in csv.DictReader(f):
+            step = int(float(row.get("step") or 0))
+            for key, value in row.items():
+                if key not in ("step", "epoch") and value not in (None, ""):
+                    series.setdefault(key, []).append((step, float(value)))
+    return series
+
+
+def find_runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
+    """(reward, ablation) -> {seed: run directory} of every agentic stage with metrics."""
+    runs: dict[tuple[str, str], dict[int, Path]] = {}
+    for csv_path in sorted(root.glob("*/seed*/agentic_*/metrics.csv")):
+        stage_dir = csv_path.parent
+        reward, seed = stage_dir.parent.parent.name, int(stage_dir.parent.name[4:])
+        runs.setdefault((reward, stage_dir.name[len("agentic_"):]), {})[seed] = stage_dir.parent
+    return runs
+
+
+def spread(values: Sequence[float]) -> dict[str, float]:
+    n = len(values)
+    mean = sum(values) / n
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
+    return {"mean": mean, "std": std, "min": min(values), "max": max(values), "n": n}
+
+
+def last(series: dict[str, list[tuple[int, float]]], key: str) -> Optional[float]:
+    return series[key][-1][1] if series.get(key) else None
+
+
+def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, float]]]:
+    """The start stage's metrics: the run's own, or the shared graduated-reward stage's
+    (family_pipeline.py --reward-stages agentic)."""
+    if not start:
+        return {}
+    for path in (run / start / "metrics.csv", run.parent.parent / "graduated" / run.name / start / "metrics.csv"):
+        if path.exists():
+            return read_metrics(path)
+    return {}
+
+
+def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
+    """Per condition: final held-out metrics after the start stage and after PPO, per seed and
+    aggregated; the final training-rollout metrics too."""
+    out = {}
+    for (reward, ablation), seeds in sorted(runs.items()):
+        per_seed = {}
+        for seed, run in sorted(seeds.items()):
+            ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
+            before = start_metrics(run, START.get(ablation))
+            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + CURVES},
+                              "before_ppo": {k: last(before, k) for k, _ in HELDOUT}}
+        agg = {}
+        for when in ("after_ppo", "before_ppo"):
+            keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}
+            agg[when] = {k: spread([s[when][k] for s in per_seed.values() if s[when].get(k) is not None])
+                         for k in sorted(keys)}
+        out[f"{reward}/{ablation}"] = {"seeds": per_seed, "aggregate": agg}
+    return out
+
+
+def curve_stats(seeds: dict[int, Path], ablation: str, key: str) -> tuple[list[int], list[float], list[float], list[float]]:
+    """Steps every seed logged, and the mean, min and max over seeds at each."""
+    by_seed = [dict(read_metrics(run / f"agentic_{ablation}" / "metrics.csv").get(key, [])) for run in seeds.values()]
+    steps = sorted(set.intersection(*(set(s) for s in by_seed))) if by_seed else []
+    values = [[s[t] for s in by_seed] for t in steps]
+    return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]
+
+
+def plot_curves(runs: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.6))
+    for (reward, ablation), seeds in sorted(runs.items()):
+        for ax, (key, title) in zip(axes, CURVES):
+            steps, mean, low, high = curve_stats(seeds, ablation, key)
+            if not steps:
+                continue
+            line, = ax.plot(steps, mean, label=f"{reward} / {ablation} ({len(seeds)} seeds)")
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
+    for ax, (_, title) in zip(axes, CURVES):
+        ax.set_title(title)
+        ax.set_xlabel("agentic PPO step")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=7)
+    fig.suptitle(f"Task family, agentic PPO, {title}: training rollouts (mean over seeds, band: min to max)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_heldout(summary: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(HELDOUT), figsize=(5 * len(HELDOUT), 3.8))
+    names = list(summary)
+    for ax, (key, title) in zip(axes, HELDOUT):
+        for offset, when, label in ((-0.2, "before_ppo", "after RFT"), (0.2, "after_ppo", "after PPO")):
+            xs, means, errs = [], [], [[], []]
+            for i, name in enumerate(names):
+                s = summary[name]["aggregate"][when].get(key)
+                if s is not None:
+                    xs.append(i + offset)
+                    means.append(s["mean"])
+                    errs[0].append(s["mean"] - s["min"])
+                    errs[1].append(s["max"] - s["mean"])
+            ax.bar(xs, means, width=0.4, yerr=errs, capsize=3, label=label)
+        ax.set_xticks(range(len(names)), names, rotation=30, ha="right", fontsize=8)
+        ax.set_title(title)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Task family, held-out tasks (bar: mean over seeds; whisker: min to max)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def markdown(summary: dict) -> str:
+    lines = ["| condition | seeds | " + " | ".join(f"{t} after RFT | after PPO" for _, t in HELDOUT) + " |",
+             "|---|---|" + "---|---|" * len(HELDOUT)]
+    for name, s in summary.items():
+        cells = []
+        for key, _ in HELDOUT:
+            for when in ("before_ppo", "after_ppo"):
+                v = s["aggregate"][when].get(key)
+                cells.append("-" if v is None else f"{v['mean']:.3f} ± {v['std']:.3f}")
+        lines.append(f"| {name} | {len(s['seeds'])} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--runs", required=True, help="family_pipeline.py's --out")
+    p.add_argument("--out", required=True, help="directory for the PNGs and the summary")
+    args = p.parse_args(argv)
+    runs = find_runs(Path(args.runs))
+    if not runs:
+        print(f"plot_family: error: no agentic stage with metrics.csv under {args.runs}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    summary = summarise(runs)
+    plot_curves(runs, out / "family_curves.png", "every condition")
+    # The two comparisons the paper makes: rewards on the full pipeline, ablations on graduated.
+    for name, subset, title in (("rewards", {k: v for k, v in runs.items() if k[1] == "full"}, "rewards (full pipeline)"),
+                                ("ablations", {k: v for k, v in runs.items() if k[0] == "graduated"},
+                                 "ablations (graduated reward)")):
+        if len(subset) > 1:
+            plot_curves(subset, out / f"family_curves_{name}.png", title)
+    plot_heldout(summary, out / "family_heldout.png")
+    (out / "family_summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    (out / "family_summary.md").write_text(markdown(summary))
+    print(markdown(summary), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""The task family's whole toy pipeline at minimal size, so it cannot rot: a tiny actor trained
+from scratch (tokenizer on the project's kernel corpus, behaviour cloning on real teacher
+episodes through the CPU sandbox: scripts/make_family_actor.py), then warm-up -> RFT -> value
+pretraining -> agentic PPO as four train.py runs (scripts/family_pipeline.py), a rerun that
+skips every finished stage, and the plots (scripts/plot_family.py)."""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import family_pipeline as fp  # noqa: E402
+import make_family_actor as mfa  # noqa: E402
+import plot_family  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def family_actor(tmp_path_factory, sandbox_cache) -> Path:
+    """One multi-turn and one single-turn teacher episode on one family task, a 145k-parameter
+    Llama cloned on them for a few steps."""
+    out = tmp_path_factory.mktemp("family") / "actor"
+    mfa.main(["--out", str(out), "--max-tasks", "1", "--episodes", "1", "--single-turn", "1", "--size", "tiny",
+              "--steps", "6", "--lr", "1e-2", "--vocab-size", "600", "--cache-dir", str(sandbox_cache),
+              "--workers", "1", "--timing-repeats", "3", "--no-compile-baseline", "--no-progress"])
+    return out
+
+
+def tiny_settings(actor: Path, sandbox_cache: Path) -> fp.Settings:
+    """Every size at its smallest; RFT keeps any sampled episode (a 6-step clone rarely earns
+    reward > 0, and the stage must still run)."""
+    extra = ["trainer.enable_progress_bar=false", f"sandbox.cache_dir={sandbox_cache}",
+             "sandbox.compile_baseline=false", "sandbox.timing.warmup=1", "sandbox.timing.warmup_ms=0",
+             "sandbox.timing.repeats=3", "sandbox.build_workers=1", "data.episodes_in_flight=2",
+             "agent.max_consecutive_invalid=1", "sampling.max_batch=2", "export_actor=false",
+             "rft:stage.module.min_reward=-2", "rft:+stage.module.filters.max_invalid_tool_calls=100"]
+    return fp.Settings(actor=str(actor), steps=(1, 1, 1, 2), val_every=1, tasks_per_step=1, samples_per_task=2,
+                       max_tasks=1, val_tasks=1, max_turns=2, max_new_tokens=12, extra=extra)
+
+
+@pytest.fixture(scope="module")
+def pipeline_run(family_actor, sandbox_cache, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("family_runs")
+    statuses = fp.run_pipeline(out, [0], ["graduated"], ["full"], tiny_settings(family_actor, sandbox_cache))
+    assert set(statuses.values()) == {"done"}, statuses
+    return out
+
+
+def test_the_actor_is_cloned_from_teacher_episodes_of_training_tasks(family_actor):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    build = json.loads((family_actor / "build.json").read_text())
+    assert build["demonstrations"] == 2 and set(build["rewards"]) == {"multi_turn", "single_turn"}
+    assert build["training"]["final_loss"] < build["training"]["first_loss"]  # cloning learned something
+    model = AutoModelForCausalLM.from_pretrained(family_actor)
+    assert sum(p.numel() for p in model.parameters()) == build["parameters"]
+    # The tokenizer was trained on the teacher's kernels: their code is a few characters a token.
+    tokenizer = AutoTokenizer.from_pretrained(family_actor)
+    rows, specs = mfa.training_specs(str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"), 1)
+    kernel = mfa.corpus_texts(specs, "cpu")[2]
+    assert len(tokenizer(kernel)["input_ids"]) < len(kernel) / 2.5
+    assert {r["split"] for r in mfa.training_specs(str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"), 0)[0]} == {"train"}
+
+
+def test_the_four_stages_run_in_order_from_each_others_checkpoints(pipeline_run):
+    run = pipeline_run / "graduated" / "seed0"
+    for stage in ("warmup", "rft", "value", "agentic_full"):
+        assert (run / stage / fp.DONE).exists() and (run / stage / "checkpoints" / "last.ckpt").exists(), stage
+    log = (run / "agentic_full" / "pipeline.log").read_text()
+    assert f"init_from {run / 'value'}: {{'actor'" in log and "'critic'" in log
+    # Value pretraining fitted the trajectories RFT sampled, as the paper's recipe does.
+    assert f"stage.module.trajectories={run / 'rft' / 'rollouts' / 'sample.rank0.jsonl'}" in \
+        (run / "value" / fp.DONE).read_text()
+    ppo = plot_family.read_metrics(run / "agentic_full" / "metrics.csv")
+    for key, _ in plot_family.CURVES + plot_family.HELDOUT:
+        assert ppo.get(key), key
+    assert [step for step, _ in ppo["rollout/reward_mean"]] == [0, 1]
+
+
+def test_a_rerun_skips_finished_stages_and_the_plots_are_written(pipeline_run, family_actor, sandbox_cache, tmp_path):
+    start = time.monotonic()
+    statuses = fp.run_pipeline(pipeline_run, [0], ["graduated"], ["full"], tiny_settings(family_actor, sandbox_cache))
+    assert set(statuses.values()) == {"skipped"} and time.monotonic() - start < 10
+    assert plot_family.main(["--runs", str(pipeline_run), "--out", str(tmp_path)]) == 0
+    for name in ("family_curves.png", "family_heldout.png", "family_summary.md"):
+        assert (tmp_path / name).stat().st_size > 0
+    summary = json.loads((tmp_path / "family_summary.json").read_text())
+    assert summary["graduated/full"]["aggregate"]["after_ppo"]["val/pass_rate"]["n"] == 1
+
+
+def test_the_no_value_ablation_starts_from_the_rft_actor_alone(pipeline_run):
+    rft = pipeline_run / "graduated" / "seed0" / "rft"
+    actor_only = torch.load(fp.write_actor_only(rft), map_location="cpu", weights_only=False)["state_dict"]
+    full = torch.load(rft / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert actor_only and all(k.startswith("actor.") for k in actor_only)
+    assert any(k.startswith("critic.") for k in full)  # RFT carried the warm-up critic; the ablation drops it
+    assert all(torch.equal(v, full[k]) for k, v in actor_only.items())
+
+
+def test_each_ablation_needs_its_stages_once_in_order():
+    names = lambda ablations: [s.name for s in fp.stages_for(ablations)]  # noqa: E731
+    assert names(["full"]) == ["warmup", "rft", "value", "agentic_full"]
+    assert names(["no_rft"]) == ["warmup", "value_no_rft", "agentic_no_rft"]
+    assert names(["no_value"]) == ["warmup", "rft", "agentic_no_value"]
+    assert names(list(fp.ABLATIONS)) == ["warmup", "rft", "value", "agentic_full", "value_no_rft", "agentic_no_rft",
+                                         "agentic_no_value"]
+
+
+def test_stage_overrides_chain_init_from_and_scope_per_stage_settings(tmp_path):
+    settings = fp.Settings(actor="/models/a", steps=(3, 4, 5, 6), extra=["rft:stage.module.min_reward=-2", "x=1"])
+    over = {s.name: fp.stage_overrides(s, tmp_path, "binary", 7, settings) for s in fp.stages_for(list(fp.ABLATIONS))}
+    assert "trainer.max_steps=3" in over["warmup"] and not any(o.startswith("init_from") for o in over["warmup"])
+    assert not any(o.startswith("agent.max_turns") for o in over["warmup"])  # the warm-up stays single-turn
+    assert f"init_from={tmp_path / 'warmup'}" in over["value_no_rft"]
+    assert not any("trajectories" in o for o in over["value_no_rft"])  # samples with the warm-up actor
+    assert f"init_from={tmp_path / 'rft_actor_only' / 'actor_only.ckpt'}" in over["agentic_no_value"]
+    assert all("reward=binary" in o and "seed=7" in o and "x=1" in o for o in over.values())
+    assert [n for n, o in over.items() if "stage.module.min_reward=-2" in o] == ["rft"]
+
+
+def test_shared_stages_put_every_rewards_ppo_on_one_graduated_prefix(tmp_path):
+    settings = fp.Settings(actor="/models/a", reward_stages="agentic")
+    agentic = fp.STAGES["agentic_full"]
+    over = fp.stage_overrides(agentic, tmp_path / "binary" / "seed0", "binary", 0, settings, tmp_path / "graduated" / "seed0")
+    assert f"init_from={tmp_path / 'graduated' / 'seed0' / 'value'}" in over and "reward=binary" in over
+    assert f"output_dir={tmp_path / 'binary' / 'seed0' / 'agentic_full'}" in over
