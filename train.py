@@ -117,6 +117,21 @@ def check_accelerator(cfg: DictConfig) -> None:
                          "(use trainer=cpu, or trainer=default to pick what is there)")
 
 
+def cap_cpu_threads(cfg: DictConfig) -> None:
+    """Training on the CPU shares the host's cores with the sandbox's build and timing workers:
+    ``cpu_threads`` intra-op threads (auto: half the cores this process may use, at least one).
+    Oversubscribed, torch's spinning thread pools made each small matmul tens of times slower."""
+    import torch
+
+    if cfg.trainer.accelerator in ("gpu", "cuda") or (cfg.trainer.accelerator == "auto" and torch.cuda.is_available()):
+        return
+    threads = cfg.cpu_threads
+    if threads == "auto":
+        threads = max(1, len(os.sched_getaffinity(0)) // 2)
+    torch.set_num_threads(int(threads))
+    log.info("CPU training: %d intra-op thread(s)", int(threads))
+
+
 def agent_config(cfg: DictConfig, actor: Any):
     """The agent's settings, its context capped at what the model's positions allow."""
     from src.agent import AgentConfig
@@ -198,6 +213,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     from src.stages.loggers import finish_runs, log_run_config
 
     check_accelerator(cfg)
+    cap_cpu_threads(cfg)
     pl.seed_everything(cfg.seed, workers=True, verbose=False)
     out_dir = Path(cfg.output_dir).expanduser().absolute()
     ckpt = resolve_ckpt(cfg, out_dir)
