@@ -1,8 +1,8 @@
 """``python -m sandbox baselines``: eager and torch.compile times of every task of a benchmark,
 into the shared baseline cache and one JSON line per task.
 
-Tasks are the ``*.py`` files under ``--benchmark-root`` (KernelBench: level1/, level2/, level3/),
-in path order; each line is ``{"id": relative path, "eager_us", "compile_us", "compile_error",
+Tasks are the ``*.py`` files under ``--benchmark-root`` (a KernelBench tree: those of its
+level1/, level2/, level3/ folders), in path order; each line is ``{"id": relative path, "eager_us", "compile_us", "compile_error",
 "cached", "seconds"}`` or ``{"id", "task_error"}``. Lines are appended and flushed one by one, so
 an interrupted run resumes where it stopped (ids already in OUT are skipped); timings already
 in the cache cost nothing. Tasks are timed one at a time, each by a fresh reference worker, so
@@ -24,7 +24,10 @@ from .errors import TaskError
 def task_files(root: Path) -> list[Path]:
     if not root.is_dir():
         raise TaskError(f"--benchmark-root {root}: not a directory")
-    files = sorted(p for p in root.rglob("*.py") if p.is_file() and not p.name.startswith("_"))
+    # A KernelBench tree: only its level folders hold problems; anything else: every .py file.
+    levels = sorted(p for p in root.glob("level*") if p.is_dir())
+    files = sorted(p for base in levels or [root] for p in base.rglob("*.py")
+                   if p.is_file() and not p.name.startswith("_"))
     if not files:
         raise TaskError(f"--benchmark-root {root}: no task files (*.py) under it")
     return files

@@ -397,6 +397,9 @@ class _Evaluation:
             phase, payload = run.wait_for_any(("kept", until), max(deadline - time.monotonic(), 0.1))
             if phase == until:
                 return payload
+            if not self._no_violations(payload):  # tampering found with this call: it decides
+                run.send("stop")
+                raise CheckFailed()
             start, kind = time.monotonic(), TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
             ref.send("check", int(payload["seed"]), peer=run.nonce)
             result = self._from_reference(ref, "checked")

@@ -27,7 +27,7 @@ def tensor_bytes(obj) -> int:
     return 0
 
 
-def trial_bytes(task) -> tuple[int, int | None]:
+def trial_bytes(task, device: torch.device) -> tuple[int, int | None]:
     """(bytes of one input set, bytes of one output or None when the meta run fails)."""
     try:
         with torch.device("meta"):
@@ -37,7 +37,7 @@ def trial_bytes(task) -> tuple[int, int | None]:
                 output = task.Model(*init_inputs)(*inputs)
         return tensor_bytes(inputs), tensor_bytes(output)
     except Exception:  # an op without a meta kernel, a task that moves tensors itself ...
-        inputs = seeded_inputs(task, 0)
+        inputs = seeded_inputs(task, 0, device)
         return tensor_bytes(inputs), None
 
 
@@ -72,7 +72,7 @@ def host_available() -> int:
 
 def check_trial_fits(task, job: dict, device: torch.device) -> None:
     """A task error naming the bytes when one trial cannot fit (never a crash later on)."""
-    inputs, output = trial_bytes(task)
+    inputs, output = trial_bytes(task, device)
     needed = inputs + 2 * (output or 0)
     space, what = room(job, device)
     if needed > space:

@@ -348,9 +348,10 @@ class Handover:
     go to the reference worker (sealed shared memory); the judge has it checked there, then says
     "next". One call at a time: nothing of a checked call outlives its check."""
 
-    def __init__(self, job: dict, channel: Channel, guard):
+    def __init__(self, job: dict, channel: Channel, guard, tampering):
         self.sock = socket.socket(fileno=job["handover_fd"])
-        self.channel, self.guard, self.limit = channel, guard, job["max_output_mb"] << 20
+        self.channel, self.guard, self.tampering = channel, guard, tampering
+        self.limit = job["max_output_mb"] << 20
         self.seconds = 0.0
 
     def check(self, kind: str, label: str, seed: int, call: Call) -> None:
@@ -360,7 +361,7 @@ class Handover:
         if self.guard:
             self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
         record["inputs_after"] = inputs_digest(call.inputs)
-        self.channel.report("kept", record)
+        self.channel.report("kept", dict(record, violations=self.tampering()))
         proceed = self.channel.wait_command().name == "next"
         self.seconds += _perf_counter() - start
         if not proceed:
@@ -437,7 +438,7 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
         caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
         if guard:
             guard.arm()
-        handover = Handover(job, channel, guard)
+        handover = Handover(job, channel, guard, lambda: tampering(harness, watched, task_before, task))
         checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard, handover)
     channel.report("outputs", {"weights_loaded": weights_loaded, "max_rss_mb": max_rss_mb(),
                                "violations": run_violations(guard, harness, watched, task_before, task)})
@@ -462,8 +463,14 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
 def run_violations(guard, harness: dict, watched: list, task_before: dict, task) -> list[str]:
     """Everything the run worker itself found: the guards', harness and task tampering."""
     violations = guard.violations() if guard else []
-    violations += [f"harness_tampered: {name} was replaced" for name in tampered_harness(harness, watched)]
-    return violations + task_tampering(task_before, task)
+    return violations + tampering(harness, watched, task_before, task)
+
+
+def tampering(harness: dict, watched: list, task_before: dict, task) -> list[str]:
+    """Replaced harness functions and a changed task (cheap: checked with every checked call, so
+    that frozen inputs are reported as what they are, not as the mismatch they cause)."""
+    found = [f"harness_tampered: {name} was replaced" for name in tampered_harness(harness, watched)]
+    return found + task_tampering(task_before, task)
 
 
 def apply_limits(job: dict, role: str = "") -> None:

@@ -274,3 +274,33 @@ def test_the_device_fingerprint_of_inputs_sees_every_change(monkeypatch):
         swapped = t.clone()
         swapped[[0, 1]] = t[[1, 0]]
         assert inputs.device_fingerprint(bumped) != base and inputs.device_fingerprint(swapped) != base
+
+
+def test_a_trial_that_cannot_fit_is_one_task_error_naming_the_bytes(tmp_path, example_paths, sandbox_cache):
+    from sandbox.errors import TaskError
+
+    task = tmp_path / "huge_relu_add.py"
+    task.write_text(BIG_TASK.replace(str(SIDE), str(1 << 20)))  # 2 x 4 TiB of inputs: sized on meta, never made
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, timing=FAST)
+    with pytest.raises(TaskError, match=r"one trial of this task needs 17592186044416 bytes per worker "
+                                        r"\(8796093022208 of inputs \+ 2 x 4398046511104 of outputs\); \d+ bytes"):
+        evaluate(task, workspace(tmp_path, example_paths), cfg)
+
+
+def test_trial_size_comes_from_the_meta_device_or_else_from_real_inputs():
+    from types import SimpleNamespace
+
+    from sandbox.trial_size import trial_bytes
+
+    class Plain(torch.nn.Module):
+        def forward(self, x):
+            return x.sum(dim=1)
+
+    class NeedsValues(torch.nn.Module):  # data-dependent: no meta run
+        def forward(self, x):
+            return x[: int(x[0, 0] > 0) + 1]
+
+    get_inputs = lambda: [torch.randn(64, 32)]  # noqa: E731
+    for model, expected in ((Plain, (64 * 32 * 4, 64 * 4)), (NeedsValues, (64 * 32 * 4, None))):
+        task = SimpleNamespace(Model=model, get_inputs=get_inputs, get_init_inputs=lambda: [])
+        assert trial_bytes(task, torch.device("cpu")) == expected
