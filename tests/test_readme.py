@@ -130,6 +130,7 @@ def check_outputs(argv: list[str], proc: subprocess.CompletedProcess, checkout: 
         assert proc.stdout.startswith("reward "), proc.stdout
 
 
+@pytest.mark.timeout(COMMAND_TIMEOUT_S + 60)  # the command's own limit decides, not the suite's 600 s
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
 def test_readme_command_runs_as_typed(command: Command, checkout: Path, cli_env: dict[str, str]):
     if MARKERS[command.marker]:
