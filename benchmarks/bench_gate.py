@@ -38,11 +38,8 @@ from sandbox import SandboxConfig  # noqa: E402
 from sandbox.gate import DeviceGate, gate_key_for_torch_device  # noqa: E402
 from sandbox.pool import EvalRequest, SandboxPool  # noqa: E402
 
-EXAMPLES = ROOT / "examples"
-CASES = {
-    "cpu": [("relu_add", "relu_add_workspace")],
-    "cuda": [("relu_add", "relu_add_workspace"), ("linear_relu", "linear_relu_cublas")],
-}
+# The solutions bench_guards judges: the same cases, one list.
+from benchmarks.bench_guards import CASES, EXAMPLES  # noqa: E402
 
 
 class MatmulLoad:
