@@ -12,7 +12,14 @@ from __future__ import annotations
 import inspect
 import os
 
-import torch.utils.cpp_extension as cpp
+
+def _cpp():
+    """torch.utils.cpp_extension, imported on first use: importing it counts the CUDA devices,
+    and a held pool worker (CUDA_VISIBLE_DEVICES empty until its lane is known) that counted
+    none would never see its GPU."""
+    import torch.utils.cpp_extension as cpp
+
+    return cpp
 
 # What the run worker's refusal says (and how the judge's summaries recognise a build error).
 NOT_BUILT = "Error building extension '{name}': the sandbox compiles a solution's extensions only in its " \
@@ -24,6 +31,7 @@ class Builds:
 
     def __init__(self):
         self.failures: list[str] = []
+        cpp = _cpp()
         self._jit_compile = cpp._jit_compile
         self._signature = inspect.signature(self._jit_compile)
 
@@ -33,6 +41,8 @@ class Builds:
 
     def import_only(self) -> None:
         """Run worker: import what the build worker built; refuse (and record) anything else."""
+        cpp = _cpp()
+
         def import_built(*args, **kwargs):
             call = self._signature.bind(*args, **kwargs)
             call.apply_defaults()
@@ -48,6 +58,7 @@ class Builds:
                                 else f"{NOT_BUILT.format(name=name)} ({type(exc).__name__}: {exc})")
 
     def _wrap_entry_points(self, describe) -> None:
+        cpp = _cpp()
         for entry in ("load_inline", "load"):
             setattr(cpp, entry, self._recorded(getattr(cpp, entry), describe))
 

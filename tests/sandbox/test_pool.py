@@ -268,3 +268,30 @@ def test_lane_workers_run_on_their_lanes_cores(cfg, small_task, python_solution)
         line = next(x for x in r.measurement.logs["run"].splitlines() if x.startswith("AFFINITY"))
         seen.add(line)
     assert seen == {f"AFFINITY [{cores[0]}]"}, seen
+
+
+HELD_IMPORTS = """
+import sys
+import torch
+
+counted = []
+for owner, name in ((torch.cuda, "is_available"), (torch.cuda, "device_count"), (torch._C, "_cuda_getDeviceCount")):
+    if hasattr(owner, name):
+        setattr(owner, name, lambda *a, _n=name, **k: counted.append(_n) or 0)
+import sandbox.worker  # what a held worker has loaded while it waits for its lane
+print(counted, "torch.utils.cpp_extension" in sys.modules)
+"""
+
+
+def test_a_held_worker_never_counts_cuda_devices_before_its_lane(tmp_path):
+    # A held worker waits with CUDA_VISIBLE_DEVICES empty and learns its GPU at "start"; the CUDA
+    # driver counts devices once per process, so a count taken while waiting (importing
+    # torch.utils.cpp_extension does one on CUDA builds of torch) would leave it blind to its GPU.
+    import subprocess
+    import sys
+
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="", PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", HELD_IMPORTS], capture_output=True, text=True, env=env,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["[]", "False"], out.stdout
