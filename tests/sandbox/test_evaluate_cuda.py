@@ -235,9 +235,16 @@ def adversary_workspace(tmp_path: Path, preamble: str) -> Path:
 @pytest.mark.parametrize("signal", list(GPU_SIGNALS))
 def test_timed_calls_look_like_verified_calls_on_the_gpu(cfg, tmp_path, signal):
     # Every timed output is checked: a pass means the adversary computed in every timed run,
-    # i.e. memory, stream, recorder, grad mode, thread and input tensors never told it apart.
+    # i.e. stream, recorder, grad mode, thread and input tensors never told it apart.
     ws = adversary_workspace(tmp_path, LEARNED.replace("{signal}", GPU_SIGNALS[signal]))
     m = evaluate(RELU_ADD, ws, with_spot_checks(cfg, 1.0))
+    if signal == "memory_and_stream" and not m.correct:
+        # The caching allocator's counters also differ between one verified trial and the next
+        # (measured on the H200: the adversary faked trial 3), so keying on them fails a verified
+        # trial first: caught, never rewarded (docs/sandbox.md, threat table).
+        assert m.error == "mismatch" and m.trials_passed < 5 and graduated_reward(m) == -1, \
+            (m.error, m.error_detail, m.violations)
+        return
     assert m.correct and m.error is None, (m.error, m.error_detail, m.violations)
     assert m.spot_checks == COUNTED_TIMING["repeats"] and graduated_reward(m) >= 1
 
