@@ -78,9 +78,9 @@ class MatmulLoad:
         self.wall_s = time.monotonic() - self.started
 
 
-def judge(pool: SandboxPool, backend: str, rounds: int) -> dict[str, list[float]]:
+def judge(pool: SandboxPool, backend: str, rounds: int, cases: int = 0) -> dict[str, list[float]]:
     runtimes: dict[str, list[float]] = {}
-    for task_name, solution_name in CASES[backend]:
+    for task_name, solution_name in CASES[backend][:cases or None]:
         task = EXAMPLES / "tasks" / f"{task_name}.py"
         solution = EXAMPLES / "solutions" / backend / solution_name
         for i in range(rounds):
@@ -104,22 +104,23 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8, help="evaluations per solution and setting")
     parser.add_argument("--size", type=int, default=8192, help="matmul size of the load")
     parser.add_argument("--chunk-ms", type=float, default=50.0, help="work per gate hold of the load")
+    parser.add_argument("--cases", type=int, default=0, help="judge only the first N of bench_guards' cases (0: all)")
     parser.add_argument("--out", default="")
     args = parser.parse_args()
     device = torch.device("cuda", 0) if args.backend == "cuda" else torch.device("cpu")
     pool = SandboxPool(SandboxConfig(backend=args.backend))
     report: dict = {"backend": args.backend, "size": args.size, "chunk_ms": args.chunk_ms, "settings": {}}
     try:
-        judge(pool, args.backend, 1)  # builds and baselines into the cache
+        judge(pool, args.backend, 1, args.cases)  # builds and baselines into the cache
         settings = {"idle": None, "load/off": contextlib.nullcontext(),
                     "load/gate": DeviceGate(gate_key_for_torch_device(device))}
         for name, gate in settings.items():
             start = time.monotonic()
             if gate is None:
-                runtimes, load = judge(pool, args.backend, args.rounds), None
+                runtimes, load = judge(pool, args.backend, args.rounds, args.cases), None
             else:
                 with MatmulLoad(device, args.size, args.chunk_ms, gate) as load:
-                    runtimes = judge(pool, args.backend, args.rounds)
+                    runtimes = judge(pool, args.backend, args.rounds, args.cases)
             row = {"wall_s": time.monotonic() - start, "runtime": {k: spread(v) for k, v in runtimes.items()}}
             if load is not None:
                 row["load_tflops"] = load.flops / load.wall_s / 1e12
