@@ -78,7 +78,7 @@ class SandboxConfig:
     allowed_libraries: tuple[str, ...] = ("cublas", "cublasLt", "cudnn")
     # Extra correctness trials run after timing, on the verification buffers refilled in place.
     post_timing_trials: int = 2
-    # Largest file a worker may write (objects, logs, weights), in MiB (RLIMIT_FSIZE).
+    # Largest file a solution's worker may write (objects, logs), in MiB (RLIMIT_FSIZE; see docs/sandbox.md).
     file_size_limit_mb: int = 4096
     # Largest output of one call the run worker hands over (shared memory; host memory), in MiB.
     max_output_mb: int = 32768

@@ -476,8 +476,12 @@ def tampering(harness: dict, watched: list, task_before: dict, task) -> list[str
 def apply_limits(job: dict, role: str = "") -> None:
     """Per-evaluation caps on what a worker may consume (hard limits: the solution cannot raise
     them unless it runs as root). data_gen's filter workers use them too (no role)."""
-    # The run worker's outputs are files too (memfds handed to the reference worker).
-    files_mb = max(job["file_size_limit_mb"], job["max_output_mb"]) if role == "run" else job["file_size_limit_mb"]
+    # The run worker's outputs are files too (memfds handed to the reference worker). The
+    # reference (task code, no solution) writes the task's weights for the run worker (init.pt):
+    # KernelBench has 4 GiB Linears, so its cap is the host's memory, which torch.save's buffer
+    # must fit in anyway.
+    files_mb = {"run": max(job["file_size_limit_mb"], job["max_output_mb"]),
+                "reference": max(job["file_size_limit_mb"], host_memory_mb())}.get(role, job["file_size_limit_mb"])
     caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, files_mb << 20)]
     if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
         caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
@@ -485,6 +489,10 @@ def apply_limits(job: dict, role: str = "") -> None:
         soft, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
+
+
+def host_memory_mb() -> int:
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
 
 
 def harness_modules() -> list:
