@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: install train demo test test-gpu
+.PHONY: install train demo test test-all test-gpu
 
 install: $(VENV)/.installed
 
@@ -24,7 +24,11 @@ train: install
 demo: install
 	$(PY) -m sandbox demo
 
+# CI's suite: everything but the tests marked slow (benchmark scripts run end to end).
 test: install
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: install
 	$(PY) -m pytest -q
 
 test-gpu: install

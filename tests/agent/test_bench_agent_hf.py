@@ -19,6 +19,7 @@ def load_bench(root):
     return module
 
 
+@pytest.mark.slow  # a benchmark script end to end (minutes); token-in/token-out is also tests/agent/test_token_layout.py
 def test_benchmark_runs_trained_episodes_through_the_sandbox(example_paths, sandbox_cache, tmp_path):
     bench = load_bench(example_paths.root)
     out_dir, report_path = tmp_path / "policy", tmp_path / "report.json"

@@ -70,7 +70,6 @@ def workspace(tmp: Path, examples, kernel: str | None = None, model_new: str | N
 
 # ------------------------------------------------------------------ more than 1 GiB of trial data
 
-@pytest.mark.slow
 def test_a_task_with_over_a_gib_of_trial_data_is_judged_with_bounded_memory(tmp_path_factory, example_paths,
                                                                               sandbox_cache):
     task = tmp_path_factory.mktemp("big") / "big_relu_add.py"
