@@ -480,8 +480,11 @@ def apply_limits(job: dict, role: str = "") -> None:
     # reference (task code, no solution) writes the task's weights for the run worker (init.pt):
     # KernelBench has 4 GiB Linears, so its cap is the host's memory, which torch.save's buffer
     # must fit in anyway.
-    files_mb = {"run": max(job["file_size_limit_mb"], job["max_output_mb"]),
-                "reference": max(job["file_size_limit_mb"], host_memory_mb())}.get(role, job["file_size_limit_mb"])
+    files_mb = job["file_size_limit_mb"]
+    if role == "run":
+        files_mb = max(files_mb, job["max_output_mb"])
+    elif role == "reference":
+        files_mb = max(files_mb, host_memory_mb())
     caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, files_mb << 20)]
     if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
         caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
