@@ -67,6 +67,11 @@ def host_available() -> int:
                     return int(line.split()[1]) * 1024
     except OSError:
         pass
+    return host_memory_bytes()
+
+
+def host_memory_bytes() -> int:
+    """The host's physical memory."""
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 

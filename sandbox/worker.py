@@ -52,7 +52,7 @@ from .handover import HandoverError, receive_output, send_output
 from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
                      inputs_digest, load_module, save_tensors, seeded_inputs)
 from .protocol import Command
-from .trial_size import check_trial_fits
+from .trial_size import check_trial_fits, host_memory_bytes
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
 
 
@@ -484,7 +484,7 @@ def apply_limits(job: dict, role: str = "") -> None:
     if role == "run":
         files_mb = max(files_mb, job["max_output_mb"])
     elif role == "reference":
-        files_mb = max(files_mb, host_memory_mb())
+        files_mb = max(files_mb, host_memory_bytes() >> 20)
     caps = [(resource.RLIMIT_CORE, 0), (resource.RLIMIT_FSIZE, files_mb << 20)]
     if job["backend"] == "cpu" and job["host_memory_limit_gb"] > 0:
         caps.append((resource.RLIMIT_AS, int(job["host_memory_limit_gb"] * (1 << 30))))
@@ -492,10 +492,6 @@ def apply_limits(job: dict, role: str = "") -> None:
         soft, hard = resource.getrlimit(which)
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
-
-
-def host_memory_mb() -> int:
-    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") >> 20
 
 
 def harness_modules() -> list:
