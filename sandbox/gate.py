@@ -1,14 +1,20 @@
 """Device gates: one machine-wide lock per timing device, so that kernel timing never overlaps
 other work on the same device.
 
-A pool lane holds its device's gate for all the GPU work of one evaluation (reference,
-verification, timing). Anything else that runs heavy work on that device (the trainer's
-generation and updates, another pool's lanes) holds the same gate around it, so that a timed run
-never shares the device with a training step: timing noise would otherwise become reward noise.
+A pool lane holds its device's gate while it times (the reference's baselines, the run worker's
+timed runs with their spot checks and post-timing trials). Anything else that runs heavy work on
+that device (the trainer's generation and updates) holds the same gate around it, so that a
+timed run never shares the device with a training step: timing noise would otherwise become
+reward noise.
 
     with DeviceGate(gate_key("cuda", "0")):      # the lane of CUDA_VISIBLE_DEVICES entry "0"
         ...
     gate_key_for_torch_device(torch.device("cuda:1"))   # the key a trainer on cuda:1 uses
+
+Evaluations' other device work (reference outputs, verification, checks) meets timing on a
+second lock per device, ``work_key(key)``: each command to a worker holds it shared, a timed
+section exclusive (after the gate), so that timing has the device to itself against every pool
+on the machine while verifications of several evaluations, and training, overlap each other.
 
 The gate is an exclusive ``flock`` on a file named after the device under ``gate_dir()``: it
 spans processes and threads (each hold opens its own file description), is released by the
@@ -44,6 +50,11 @@ def gate_key(backend: str, device: str) -> str:
     return "cuda-" + re.sub(r"[^A-Za-z0-9_.-]", "_", device.strip())
 
 
+def work_key(key: str) -> str:
+    """The device-work lock beside gate ``key`` ("+" never comes out of ``gate_key``)."""
+    return key + "+work"
+
+
 def gate_key_for_torch_device(device) -> str:
     """The gate a process working on the torch ``device`` must hold: its CUDA_VISIBLE_DEVICES
     entry (what the sandbox's lanes are named by), or its index when the variable is unset."""
@@ -63,10 +74,12 @@ class DeviceGate:
     within a thread (an inner hold of a gate the thread already holds is free).
 
     ``cancelled`` (optional) makes the wait give up: it is polled every ``POLL_S`` and the wait
-    raises ``GateCancelled``. Without it the wait blocks in the kernel until the gate is free."""
+    raises ``GateCancelled``. Without it the wait blocks in the kernel until the gate is free.
+    ``shared``: hold it together with other shared holders (never with an exclusive one); the
+    turnstile still queues a shared holder behind an exclusive one that waits."""
 
-    def __init__(self, key: str, cancelled: Optional[Callable[[], bool]] = None):
-        self.key, self.cancelled = key, cancelled
+    def __init__(self, key: str, cancelled: Optional[Callable[[], bool]] = None, shared: bool = False):
+        self.key, self.cancelled, self.shared = key, cancelled, shared
         self.path = gate_dir() / f"{key}.lock"
         self._held = threading.local()
         # Seconds spent waiting for the gate, and how many holds (the gate benchmark's numbers).
@@ -98,10 +111,10 @@ class DeviceGate:
         # winning the race for the lock every time (a generation loop would starve the lanes).
         turnstile = self._open(self.path.with_suffix(".turnstile"))
         try:
-            self._lock(turnstile)
+            self._lock(turnstile, fcntl.LOCK_EX)
             fd = self._open(self.path)
             try:
-                self._lock(fd)
+                self._lock(fd, fcntl.LOCK_SH if self.shared else fcntl.LOCK_EX)
             except BaseException:
                 os.close(fd)
                 raise
@@ -118,13 +131,13 @@ class DeviceGate:
         except PermissionError:  # another user's lock file: flock works on a read-only descriptor
             return os.open(path, os.O_RDONLY)
 
-    def _lock(self, fd: int) -> None:
+    def _lock(self, fd: int, mode: int) -> None:
         if self.cancelled is None:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fcntl.flock(fd, mode)
             return
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 return
             except BlockingIOError:
                 if self.cancelled():

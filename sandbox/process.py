@@ -156,6 +156,30 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+def freeze_tree(proc: subprocess.Popen) -> list[int]:
+    """SIGSTOP a live worker and every descendant (threads included: the whole process); the
+    pids stopped, for ``thaw``. A namespace's init process is stopped too (SIGSTOP from an
+    ancestor namespace is always delivered), and SIGKILL still ends a stopped process."""
+    if proc.poll() is not None:
+        return []
+    stopped = []
+    for pid in [proc.pid, *descendants(proc.pid)]:
+        try:
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        except (ProcessLookupError, PermissionError):
+            pass
+    return stopped
+
+
+def thaw(pids: list[int]) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
 def descendants(root: int) -> list[int]:
     """All live descendants of ``root``, read from /proc (empty where /proc is missing)."""
     children: dict[int, list[int]] = {}
