@@ -98,6 +98,8 @@ class SandboxConfig:
     devices: tuple[str, ...] = ()
     # Pool: host cores reserved for each device lane's workers, builds get the rest (0: no pinning).
     lane_cpus: int = 2
+    # Pool: evaluations in their device phase at once per device; timing stays exclusive (1: one per lane).
+    lane_slots: int = 1
     # Pool engine: "local" (worker processes on this machine) or "ray" (Ray actors, any nodes).
     pool_backend: str = "local"
     # Ray: cluster address ("" starts or joins a local instance).
@@ -114,6 +116,8 @@ class SandboxConfig:
             raise ValueError("num_correct_trials must be >= 1")
         if self.pool_backend not in ("local", "ray"):
             raise ValueError(f"pool_backend must be 'local' or 'ray', got {self.pool_backend!r}")
+        if self.lane_slots < 1:
+            raise ValueError(f"lane_slots must be >= 1, got {self.lane_slots}")
         if self.timing.repeats < 1:
             raise ValueError("timing.repeats must be >= 1")
         if not 0.0 <= self.timing.spot_check_probability <= 1.0:

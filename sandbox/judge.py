@@ -10,11 +10,12 @@ solution's verified trials, and again after its timed runs (spot checks) and pos
 judge sends it the seeds of the calls to check and gets their inputs and reference outputs. The
 judge compares outputs itself, in this process, which no solution code ever runs in. Each stage
 has its own timeout; a worker that dies, hangs or exits early fails the evaluation with a typed
-error.
+error. In a pool, each command the judge gives a worker holds the device shared with other
+evaluations, each timed section exclusively (``sandbox.lanes``).
 """
 from __future__ import annotations
 
-import contextlib
+import functools
 import os
 import secrets
 import socket
@@ -29,7 +30,7 @@ import torch
 
 from .cgroups import WorkerCgroup
 from .checks import TIMED_RUN, TRIAL, CallChecks
-from .placement import CpuPlan
+from .lanes import LaneSession, SoloLanes
 from .process import Cancelled, StageFailure, WorkerProcess, namespaces_available  # noqa: F401 (Cancelled: pool's)
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
@@ -56,29 +57,6 @@ class HandoverSockets:
             end = self.ends.pop(name, None)
             if end is not None:
                 end.close()
-
-
-class SoloLanes:
-    """Placement for an evaluation that has the machine to itself: no slots to wait for, the
-    configured device, workers started at once."""
-
-    pooled = False
-    # Alone on the machine: nothing to keep apart, nothing pinned.
-    cpus = CpuPlan()
-
-    def __init__(self, cfg: SandboxConfig):
-        self.device_name = str(cfg.device_index)
-
-    @contextlib.contextmanager
-    def build_slot(self, cancel: threading.Event):
-        yield
-
-    @contextlib.contextmanager
-    def device(self, cancel: threading.Event):
-        yield self.device_name
-
-    def install_cached_build(self, solution_dir: Path, cfg: SandboxConfig) -> bool:
-        return False
 
 
 # What isolated workers get (Measurement.isolation); solution roles are also confined (confine.py).
@@ -182,6 +160,8 @@ class _Evaluation:
         m.isolation = ISOLATED if self.isolate else f"none: {why_not}"
         self.workers: list[WorkerProcess] = []
         self.cgroups: list[WorkerCgroup] = []
+        # The evaluation's hold on its device (set for the device phase; a no-op one until then).
+        self.lane = LaneSession(None, "", self.cancel)
         ref_dir = eval_dir / "reference"
         self.job = {
             "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
@@ -237,9 +217,9 @@ class _Evaluation:
 
     def _stages(self) -> None:
         """Alone, the reference runs while the solution builds (a broken task is then always
-        reported as a task error). Pooled, builds take a CPU slot, and the GPU work (reference,
-        verification, timing) of one evaluation at a time holds a device lane: workers started
-        beforehand wait, torch imported, until the lane is theirs."""
+        reported as a task error). Pooled, builds take a CPU slot, and the device work
+        (reference, verification, timing) holds a slot of a device lane: workers started
+        beforehand wait, torch imported, until the slot is theirs."""
         pooled, only_build = self.lanes.pooled, self.stop_after == "build"
         # The operator recorder compiles (first use on this machine only) while the solution builds.
         recorder = (RECORDER_BUILDS.submit(library_path, self.cfg.cache_root)
@@ -254,23 +234,34 @@ class _Evaluation:
             return
         run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
-        with self.lanes.device(self.cancel) as device:
-            if pooled:
-                ref.start(device, self.lanes.cpus.for_lane(device))
-            ref_info = self._reference_stage(ref, "reference")
-            self.m.device = ref_info["device"]
-            if built:
-                self.m.compiled = True
-                # Verify-only runs use cached baselines when there are some, and never time new ones.
-                if ref_info["baselines_cached"] or self.stop_after == "timing":
-                    if not ref_info["baselines_cached"]:
-                        ref.send("go")
-                    baselines = self._reference_stage(ref, "baselines")
-                    self._record_baselines(baselines, ref_info["baselines_cached"])
-                if run is not None:
-                    run.start(device, self.lanes.cpus.for_lane(device))  # after the reference wrote init.pt
-                self._run_stage(run or self._spawn_with_handover("run", hold=False), ref)
-            self._close_workers()  # nothing of this evaluation runs on the device after its lane
+        with self.lanes.device(self.cancel) as device, self.lanes.session(device, self.cancel) as self.lane:
+            try:
+                self._device_phase(device, ref, run, built)
+            finally:
+                self._close_workers()  # nothing of this evaluation runs on the device after its slot
+                if pooled:  # seconds its commands and timed sections waited for other evaluations
+                    self.m.stage_seconds["lane_wait"] = self.lane.waited_s
+
+    def _device_phase(self, device: str, ref: WorkerProcess, run: WorkerProcess | None, built: bool) -> None:
+        """Reference, baselines, verification and timing: each command to a worker holds the
+        device shared (``lane.work``), each timed section exclusively (``lane.timing``)."""
+        cpus = self.lanes.cpus.for_lane(device)
+        start_ref = functools.partial(ref.start, device, cpus) if self.lanes.pooled else None
+        ref_info = self._reference_stage(ref, "reference", start_ref)
+        self.m.device = ref_info["device"]
+        if not built:
+            return
+        self.m.compiled = True
+        # Verify-only runs use cached baselines when there are some, and never time new ones.
+        if ref_info["baselines_cached"]:
+            self._record_baselines(self._reference_stage(ref, "baselines"), True)
+        elif self.stop_after == "timing":
+            with self.lane.timing():
+                self._record_baselines(self._reference_stage(ref, "baselines", lambda: ref.send("go")), False)
+        if run is None:  # alone: the run worker starts now, after the reference wrote init.pt
+            self._run_stage(self._spawn_with_handover("run", hold=False), ref)
+        else:
+            self._run_stage(run, ref, functools.partial(run.start, device, cpus))
 
     def baselines_only(self) -> None:
         ref = self._spawn_reference(hold=False)
@@ -319,12 +310,16 @@ class _Evaluation:
         return bool(self._stage("build", lambda: build.wait_for("build", self.cfg.compile_timeout_s),
                                 compile_stage=True))
 
-    def _reference_stage(self, ref: WorkerProcess, name: str) -> dict:
-        start = time.monotonic()
-        try:
-            return self._from_reference(ref, name)
-        finally:
-            self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
+    def _reference_stage(self, ref: WorkerProcess, name: str, send=None) -> dict:
+        """Report ``name`` of the reference worker, after ``send`` (its command, if any)."""
+        with self.lane.work():
+            start = time.monotonic()
+            try:
+                if send:
+                    send()
+                return self._from_reference(ref, name)
+            finally:
+                self.m.stage_seconds[name] = self.m.stage_seconds.get(name, 0.0) + time.monotonic() - start
 
     def _from_reference(self, ref: WorkerProcess, name: str) -> dict:
         """Report ``name`` of the reference worker; its failures are the task's."""
@@ -363,20 +358,23 @@ class _Evaluation:
             self.m.compile_stats = TimingStats(**baselines["compile"])
             self.m.compile_us = self.m.compile_stats.median_us
 
-    def _run_stage(self, run: WorkerProcess, ref: WorkerProcess) -> None:
-        """Verified trials, then timing with spot checks, then the post-timing trials; each
-        checked call is checked by the reference worker as soon as it returned (one at a time)."""
-        deadline = time.monotonic() + self.cfg.run_timeout_s
-        report = self._stage("verify", lambda: self._serve_checks(run, ref, "outputs", self.cfg.run_timeout_s))
+    def _run_stage(self, run: WorkerProcess, ref: WorkerProcess, start=None) -> None:
+        """Verified trials (after ``start``, the held run worker's release), then timing with
+        spot checks, then the post-timing trials; each checked call is checked by the reference
+        worker as soon as it returned (one at a time). Waits for the device do not count
+        against ``run_timeout_s``."""
+        self.lane.solution_workers.append(run)
+        deadline = self.lane.clock() + self.cfg.run_timeout_s
+        report = self._stage("verify", lambda: self._serve_checks(run, ref, "outputs", deadline, start))
         if not report:
             return
         self._note_rss("run", report)
         if not self._no_violations(report) or self.stop_after == "verify":
             run.send("stop")
             return
-        run.send("go")
-        remaining = max(deadline - time.monotonic(), 1.0)
-        timing = self._stage("timing", lambda: self._serve_checks(run, ref, "timing", remaining))
+        with self.lane.timing():
+            timing = self._stage("timing", lambda: self._serve_checks(
+                run, ref, "timing", max(deadline, self.lane.clock() + 1.0), lambda: run.send("go")))
         if not timing:
             self.m.correct = False
             return
@@ -388,28 +386,35 @@ class _Evaluation:
         if not self.m.correct:
             self.m.runtime_us = None
 
-    def _serve_checks(self, run: WorkerProcess, ref: WorkerProcess, until: str, timeout_s: float) -> dict:
-        """The run worker's reports up to ``until``: each checked call it reports ("kept") is
-        checked by the reference worker before the run worker may go on ("next"). A failed check
-        stops the run worker and the stage (CheckFailed; the verdict is recorded)."""
-        deadline = time.monotonic() + timeout_s
+    def _serve_checks(self, run: WorkerProcess, ref: WorkerProcess, until: str, deadline: float, send) -> dict:
+        """The run worker's reports up to ``until``, after ``send`` (the command that starts the
+        phase): each checked call it reports ("kept") is checked by the reference worker before
+        the run worker may go on ("next"). A failed check stops the run worker and the stage
+        (CheckFailed; the verdict is recorded). ``deadline`` is on the lane's clock."""
         while True:
-            phase, payload = run.wait_for_any(("kept", until), max(deadline - time.monotonic(), 0.1))
+            with self.lane.work():  # the run worker works on the device until it reports
+                if send:
+                    send()
+                phase, payload = run.wait_for_any(("kept", until), max(deadline - self.lane.clock(), 0.1))
             if phase == until:
                 return payload
-            if not self._no_violations(payload):  # tampering found with this call: it decides
+            # Tampering found with this call decides before its check.
+            if not self._no_violations(payload) or not self._checked(run, ref, payload):
                 run.send("stop")
                 raise CheckFailed()
-            start, kind = time.monotonic(), TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
+            send = functools.partial(run.send, "next")
+
+    def _checked(self, run: WorkerProcess, ref: WorkerProcess, payload: dict) -> bool:
+        """Whether the call the run worker just handed over matches the reference worker's."""
+        kind = TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
+        with self.lane.work():
+            start = time.monotonic()
             ref.send("check", int(payload["seed"]), peer=run.nonce)
             result = self._from_reference(ref, "checked")
-            self._note_rss("reference", result)
-            if kind == TRIAL:
-                self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
-            if not self.checks.record(kind, payload, result):
-                run.send("stop")
-                raise CheckFailed()
-            run.send("next")
+        self._note_rss("reference", result)
+        if kind == TRIAL:
+            self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
+        return self.checks.record(kind, payload, result)
 
     def _note_rss(self, role: str, payload: dict) -> None:
         if payload.get("max_rss_mb") is not None:

@@ -12,28 +12,25 @@ How work is placed (one process per worker, fresh for every evaluation, as in ``
 
     build slots (CPU only, ``build_workers`` at once)      device lanes (one per GPU)
     ┌ build ┐ ┌ build ┐ ┌ build ┐ ...                    ┌ reference │ verify │ time ┐ next ...
-      └───── then run + reference workers start and wait, torch imported, for a lane
+      └───── then run + reference workers start and wait, torch imported, for a lane slot
 
-A lane is held by one evaluation at a time for all of its GPU work (reference outputs,
-baselines, verification, timing), so every timing has its GPU to itself and whatever a
-solution leaves running dies before the next evaluation gets the device. Process start-up and
-builds overlap the lanes. A workspace whose linked module is already cached skips the build
+An evaluation holds a slot of its device's lane for all of its device work (reference outputs,
+baselines, verification, timing); ``lane_slots`` evaluations share a lane at once (default 1:
+one), and every timed section has the device to itself (sandbox/lanes.py). Whatever a
+solution leaves running dies with its workers before its slot is released. Process start-up
+and builds overlap the lanes. A workspace whose linked module is already cached skips the build
 worker. Every submitted request yields exactly one EvalResult, whatever fails; a broken task
 is reported on its own result (``task_error``) and never stops a batch.
 """
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import os
-import queue
 import subprocess
 import sys
 import threading
-import time
 import traceback
-from collections import defaultdict
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -41,12 +38,9 @@ from typing import Iterable, Iterator, Optional
 
 from .config import SandboxConfig
 from .errors import TaskError
-from .placement import available_cpus, plan_cpus
+from .lanes import DeviceLanes
+from .placement import available_cpus
 from .measurement import ErrorKind, Measurement
-
-# How often waits for a slot or lane look at the cancel flag.
-POLL_S = 0.05
-
 
 @dataclass(frozen=True)
 class EvalRequest:
@@ -106,105 +100,6 @@ def device_arch(device: str) -> str:
     return out.stdout.strip()
 
 
-class DeviceLanes:
-    """Build slots and device lanes shared by every evaluation of one pool (thread-safe)."""
-
-    pooled = True
-
-    def __init__(self, devices: list[str], build_slots: int, lane_cpus: int = 0):
-        if not devices:
-            raise TaskError("no device to time on: CUDA_VISIBLE_DEVICES hides every GPU (or none exists)")
-        self.devices = list(devices)
-        # Host cores per lane and for builds (empty when too few cores: see sandbox.placement).
-        self.cpus, self.unpinned_because = plan_cpus(self.devices, lane_cpus, available_cpus())
-        self._builds = threading.Semaphore(max(1, build_slots))
-        self._free: queue.Queue[str] = queue.Queue()
-        for device in self.devices:
-            self._free.put(device)
-        self._lock = threading.Lock()
-        # Seconds each lane was held, and how many evaluations held it (the benchmark's GPU busy share).
-        self.busy_s: dict[str, float] = defaultdict(float)
-        self.served: dict[str, int] = defaultdict(int)
-        self.build_s = 0.0
-        self._toolchains: dict = {}
-
-    @contextlib.contextmanager
-    def build_slot(self, cancel: threading.Event):
-        _acquire(lambda: self._builds.acquire(timeout=POLL_S), cancel, "a build slot")
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self._builds.release()
-            with self._lock:
-                self.build_s += time.monotonic() - start
-
-    @contextlib.contextmanager
-    def device(self, cancel: threading.Event):
-        got: list[str] = []
-
-        def take() -> bool:
-            try:
-                got.append(self._free.get(timeout=POLL_S))
-                return True
-            except queue.Empty:
-                return False
-
-        _acquire(take, cancel, "a device lane")
-        start = time.monotonic()
-        try:
-            # Nothing else heavy runs on the device while this lane works on it (sandbox/gate.py).
-            with self._gate(got[0], cancel):
-                yield got[0]
-        finally:
-            with self._lock:
-                self.busy_s[got[0]] += time.monotonic() - start
-                self.served[got[0]] += 1
-            self._free.put(got[0])
-
-    @staticmethod
-    @contextlib.contextmanager
-    def _gate(device: str, cancel: threading.Event):
-        from .gate import DeviceGate, GateCancelled, gate_key
-        from .judge import Cancelled
-
-        gate = DeviceGate(gate_key("cpu" if device == "-" else "cuda", device), cancelled=cancel.is_set)
-        try:
-            gate.__enter__()
-        except GateCancelled as exc:
-            raise Cancelled(str(exc)) from None
-        try:
-            yield
-        finally:
-            gate.__exit__()
-
-    def install_cached_build(self, solution_dir: Path, cfg: SandboxConfig) -> bool:
-        """A workspace whose linked module is cached needs no build worker (a cache hit)."""
-        from .build import cached_module, make_toolchain
-        from .errors import CompileError
-        from .solution import read_solution
-
-        try:
-            if not read_solution(solution_dir).has_kernels:
-                return False
-            key = (cfg.backend, cfg.cuda_arch, cfg.cxx_flags, cfg.nvcc_flags)
-            if key not in self._toolchains:
-                self._toolchains[key] = make_toolchain(cfg.backend, cfg.cuda_arch or None, cfg.cxx_flags,
-                                                       cfg.nvcc_flags)
-            return cached_module(solution_dir, solution_dir / "build", self._toolchains[key],
-                                 cfg.cache_root) is not None
-        except (CompileError, OSError, ValueError):
-            return False
-
-
-def _acquire(try_once, cancel: threading.Event, what: str) -> None:
-    from .judge import Cancelled
-
-    while not try_once():
-        if cancel.is_set():
-            raise Cancelled(f"evaluation cancelled while waiting for {what}")
-
-
 class PoolClient:
     """The client API every pool engine shares, built on its submit / cancel / close."""
 
@@ -253,7 +148,7 @@ class SandboxPool(PoolClient):
             # Builds run without a GPU: they are told the arch (every lane's GPU must share it).
             cfg = replace(cfg, cuda_arch=device_arch(devices[0]))
         self.cfg = cfg
-        self.lanes = DeviceLanes(devices, build_slots, cfg.lane_cpus)
+        self.lanes = DeviceLanes(devices, build_slots, cfg.lane_cpus, cfg.lane_slots)
         self.max_in_flight = workers or cfg.pool_workers or build_slots + 2 * len(devices) + 2
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="sandbox-eval")
         self._cancels: dict[Future, threading.Event] = {}

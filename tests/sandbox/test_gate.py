@@ -114,29 +114,59 @@ def test_a_thread_may_hold_its_gate_twice_but_another_thread_waits():
     assert entered.is_set()
 
 
-def test_a_pool_lane_holds_its_device_gate():
-    """While training holds the gate, a lane of that device cannot start its GPU work, and a
-    cancelled evaluation waiting there is reported as cancelled."""
+def test_a_pool_lane_holds_its_device_gate_while_it_times():
+    """While training holds the gate, an evaluation gets its lane slot and does its other device
+    work (commands), but its timed section waits; cancelled there, it is reported as cancelled."""
     lanes = DeviceLanes(["-"], build_slots=1)
-    cancel, inside = threading.Event(), threading.Event()
+    cancel, worked, timing = threading.Event(), threading.Event(), threading.Event()
     errors = []
 
     def evaluation():
         try:
-            with lanes.device(cancel):
-                inside.set()
+            with lanes.device(cancel) as device, lanes.session(device, cancel) as lane:
+                with lane.work():
+                    worked.set()
+                with lane.timing():
+                    timing.set()
         except Cancelled as exc:
             errors.append(exc)
 
     with DeviceGate("cpu"):
         thread = threading.Thread(target=evaluation)
         thread.start()
-        assert not inside.wait(0.3)
+        assert worked.wait(10), "a command waited for the gate"
+        assert not timing.wait(0.3), "timing began while training held the gate"
         cancel.set()
         thread.join(10)
-    assert errors and not inside.is_set()
+    assert errors and not timing.is_set()
     with lanes.device(threading.Event()) as device:  # the lane went back to the pool
-        assert device == "-"
+        assert device == "-" and lanes.in_use() == {"-": 1}
+    assert lanes.timed["-"] == 0
+
+
+def test_shared_holders_overlap_and_an_exclusive_one_waits_for_them():
+    readers_in = threading.Barrier(3, timeout=10)
+    writer_in = threading.Event()
+
+    def reader():
+        with DeviceGate("cuda-0", shared=True):
+            readers_in.wait()  # both readers inside at once (and the main thread)
+            time.sleep(0.3)
+
+    def writer():
+        with DeviceGate("cuda-0", cancelled=lambda: False):
+            writer_in.set()
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    readers_in.wait()
+    late = threading.Thread(target=writer)
+    late.start()
+    assert not writer_in.wait(0.15), "the exclusive holder got in beside shared ones"
+    for t in threads + [late]:
+        t.join(10)
+    assert writer_in.is_set()
 
 
 def test_keys_name_devices_as_the_sandbox_lanes_do(monkeypatch):

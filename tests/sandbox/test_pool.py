@@ -2,7 +2,8 @@
 asyncio, cached builds, device selection, and the evaluate-batch CLI.
 
 Solutions here are pure-Python ModelNew classes judged with guards off (no build: a cheap
-evaluation is mostly worker start-up), except one workspace for the build cache."""
+evaluation is mostly worker start-up), except one workspace for the build cache. The ``cfg`` and
+``python_solution`` fixtures are in conftest.py (tests/sandbox/test_lanes.py uses them too)."""
 from __future__ import annotations
 
 import asyncio
@@ -15,10 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from sandbox import SandboxConfig, TimingConfig
+from sandbox import SandboxConfig
 from sandbox.pool import DeviceLanes, EvalRequest, SandboxPool, evaluate_many, visible_devices
-
-FAST = TimingConfig(warmup=1, warmup_ms=0, repeats=2)
 
 CORRECT = "return torch.relu(a + b)"
 WRONG = "return a + b"
@@ -41,25 +40,6 @@ def get_inputs():
 def get_init_inputs():
     return []
 '''
-
-
-@pytest.fixture
-def cfg(sandbox_cache):
-    return SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, guards=False,
-                         timing=FAST, run_timeout_s=60)
-
-
-@pytest.fixture
-def python_solution(tmp_path):
-    """A pure-Python relu_add ModelNew whose forward body is given, in its own file."""
-    def make(name: str, body: str) -> Path:
-        path = tmp_path / name / "model_new.py"
-        path.parent.mkdir()
-        indented = "\n".join("        " + line for line in body.splitlines())
-        path.write_text("import os\nimport time\n\nimport torch\nimport torch.nn as nn\n\n\n"
-                        "class ModelNew(nn.Module):\n    def forward(self, a, b):\n" + indented + "\n")
-        return path
-    return make
 
 
 def test_every_request_gets_exactly_one_result_whatever_happens(cfg, small_task, python_solution, tmp_path):
@@ -136,7 +116,7 @@ def test_cancel_kills_a_running_evaluation_and_spares_the_rest(cfg, small_task, 
 
 
 def lanes_busy(pool: SandboxPool) -> list[bool]:
-    return [pool.lanes._free.qsize() < len(pool.lanes.devices)]
+    return [n > 0 for n in pool.lanes.in_use().values()]
 
 
 def test_cancelling_before_start_never_runs_it(cfg, small_task, python_solution):
@@ -160,8 +140,8 @@ def test_asyncio_clients_await_results(cfg, small_task, python_solution):
     assert (wrong.id, wrong.measurement.error) == ("a1", "mismatch")
 
 
-def test_cached_workspace_skips_the_build_worker(sandbox_cache, example_paths, tmp_path):
-    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, timing=FAST)
+def test_cached_workspace_skips_the_build_worker(sandbox_cache, example_paths, tmp_path, cfg):
+    cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), compile_baseline=False, timing=cfg.timing)
     workspace = tmp_path / "ws"
     shutil.copytree(example_paths.cpu_solutions / "relu_add_workspace", workspace)
     request = EvalRequest("ws", example_paths.relu_add_task, workspace)
