@@ -2,8 +2,8 @@
 sequential loop that does what KernelBench's ``eval_kernel_against_ref`` does, in one command.
 
 (a) The pool: every (problem, solution) pair through ``sandbox.pool.SandboxPool`` (task in its own
-    process, builds on CPU slots, one exclusive lane per GPU), with a fresh cache directory (cold
-    builds, no cached baselines).
+    process, builds on CPU slots, one lane per GPU with ``--lane-slots`` evaluations at once and
+    every timed section exclusive), with a fresh cache directory (cold builds, no cached baselines).
 (b) The sequential loop: one child process that, for each pair in turn, does what KernelBench's
     ``eval_kernel_against_ref`` does (``kernelbench_eval.py``: our code, matched to its current
     eval.py and timing.py): task and solution in one namespace, ``load_inline`` into a fresh build
@@ -12,7 +12,8 @@ sequential loop that does what KernelBench's ``eval_kernel_against_ref`` does, i
 
 Reported: solutions judged per hour for each and their ratio, verdict agreement per problem
 (every disagreement named with both verdicts), GPU busy share (nvidia-smi sampled every 200 ms;
-the pool's lane-busy fraction too), per-stage medians, our eager times against KernelBench's
+the pool's lane shares too: busy = some evaluation held a slot, slot occupancy = slot time over
+slots x wall, timing = the exclusive timed sections), per-stage medians, our eager times against KernelBench's
 published H100 baselines (``.kb/timing``). JSON to ``--out``, Markdown on stdout.
 
 Each phase has a wall-clock budget: pairs not judged within it are cancelled (pool) or not
@@ -21,6 +22,8 @@ the pairs in level-interleaved order so a partial run samples all three levels.
 
   H200:  python benchmarks/bench_kernelbench.py --benchmark-root .kb \\
              --solutions examples/kernelbench_solutions --out kb_bench.json
+  lane slots (verification of one evaluation beside another's, timing still exclusive):
+         ... --skip-sequential --pool-budget-s 300 --lane-slots 2 --out kb_pool_slots2.json
   or one phase per command, then one report:
          ... --skip-sequential --pool-budget-s 540 --out pool.json
          ... --skip-pool --sequential-budget-s 540 --out seq.json
@@ -219,9 +222,14 @@ def run_pool(pairs: list[Pair], cfg: SandboxConfig, budget_s: float, workers: in
     pool.close(cancel_pending=stopped)
     wall = time.monotonic() - start
     utilisation = sampler.stop()
+    lanes, lane_wall = pool.lanes, wall * max(len(devices), 1)
     return {"wall_s": wall, "stopped_at_budget": stopped, "devices": list(devices),
-            "gpu_utilisation_mean_pct": utilisation,
-            "lane_busy_fraction": sum(pool.lanes.busy_s.values()) / (wall * max(len(devices), 1)),
+            "gpu_utilisation_mean_pct": utilisation, "lane_slots": lanes.lane_slots,
+            # Time some evaluation held a slot; slot time over every slot's wall; exclusive timing.
+            "lane_busy_fraction": sum(lanes.busy_s.values()) / lane_wall,
+            "lane_slot_occupancy": sum(lanes.slot_s.values()) / (lane_wall * lanes.lane_slots),
+            "lane_timing_fraction": sum(lanes.timing_s.values()) / lane_wall,
+            "timed_sections": sum(lanes.timed.values()),
             "build_slots": cfg.build_workers or max(1, len(available_cpus()) // 2),
             "build_cores_pinned": len(getattr(pool.lanes.cpus, "builds", ())),
             "rows": rows, "submitted": [p.id for p in pairs]}
@@ -259,7 +267,10 @@ def phase_summary(phase: Optional[dict]) -> Optional[dict]:
         "span_s": span, "wall_s": phase["wall_s"],
         "judged_per_hour": len(judged) / span * 3600 if span > 0 else 0.0,
         "gpu_utilisation_mean_pct": phase.get("gpu_utilisation_mean_pct"),
+        "lane_slots": phase.get("lane_slots"),
         "lane_busy_fraction": phase.get("lane_busy_fraction"),
+        "lane_slot_occupancy": phase.get("lane_slot_occupancy"),
+        "lane_timing_fraction": phase.get("lane_timing_fraction"),
         "stage_s_median": {name: statistics.median(r["stages"].get(name, 0.0) for r in judged)
                            for name in stage_names},
         "verdicts": _count(rows[pid]["verdict"] if pid in rows else NOT_JUDGED for pid in phase["submitted"]),
@@ -358,7 +369,10 @@ def _summary_table(report: dict) -> list[str]:
                                ("correct", "correct", 0), ("time to last verdict, s", "span_s", 1),
                                ("wall, s", "wall_s", 1), ("judged per hour", "judged_per_hour", 1),
                                ("GPU utilisation, mean %", "gpu_utilisation_mean_pct", 1),
-                               ("lane busy fraction", "lane_busy_fraction", 2)):
+                               ("lane slots per device", "lane_slots", 0),
+                               ("lane busy fraction", "lane_busy_fraction", 2),
+                               ("lane slot occupancy", "lane_slot_occupancy", 2),
+                               ("exclusive timing fraction", "lane_timing_fraction", 2)):
         lines.append(f"| {label} | {_fmt(pool.get(key), digits)} | {_fmt(seq.get(key), digits)} |")
     for name in sorted(set(pool.get("stage_s_median", {})) | set(seq.get("stage_s_median", {}))):
         lines.append(f"| median {name}, s | {_fmt(pool.get('stage_s_median', {}).get(name), 2)} | "
@@ -409,6 +423,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     parser.add_argument("--skip-sequential", action="store_true")
     parser.add_argument("--workers", type=int, default=0, help="pool evaluations in flight (0: the pool's default)")
     parser.add_argument("--build-workers", type=int, default=0, help="pool build slots (0: half the cores)")
+    parser.add_argument("--lane-slots", type=int, default=SandboxConfig.lane_slots,
+                        help="pool evaluations per device at once (timing stays exclusive)")
     parser.add_argument("--compile-baseline", action="store_true",
                         help="let the pool time torch.compile too (KernelBench's loop does not: off for equal work)")
     parser.add_argument("--pool-budget-s", type=float, default=300.0)
@@ -420,7 +436,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         help="judge nothing: one report from earlier --out files (the pool phase of "
                              "the first that has one, the sequential phase likewise)")
     parser.add_argument("--sequential-worker", nargs=2, metavar=("PAIRS", "OUT"), help=argparse.SUPPRESS)
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.lane_slots < 1:
+        parser.error(f"--lane-slots must be >= 1, got {args.lane_slots}")
+    return args
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -439,7 +458,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         pool = None if args.skip_pool else run_pool(pairs, SandboxConfig(
             backend=args.backend, cache_dir=str(work / "cache"), compile_baseline=args.compile_baseline,
-            build_workers=args.build_workers), args.pool_budget_s, args.workers)
+            build_workers=args.build_workers, lane_slots=args.lane_slots), args.pool_budget_s, args.workers)
         seq_pairs = pairs[:args.sequential_limit] if args.sequential_limit else pairs
         sequential = None if args.skip_sequential else run_sequential(seq_pairs, work, args.sequential_budget_s,
                                                                        args.backend)

@@ -176,7 +176,8 @@ def test_report_counts_rates_and_names_disagreements(bench):
                       "stages": {"build": 50.0, "timing": 2.0}},
         "level2/9": {"verdict": "mismatch", "finished_s": 150.0, "detail": "max diff 0.3", "stages": {"build": 70.0}},
         "level3/1": {"verdict": "sandbox_error", "finished_s": 160.0, "stages": {}},
-    }, wall=170.0, unjudged=["level3/2"], gpu_utilisation_mean_pct=60.0, lane_busy_fraction=0.8)
+    }, wall=170.0, unjudged=["level3/2"], gpu_utilisation_mean_pct=60.0, lane_busy_fraction=0.8, lane_slots=2,
+        lane_slot_occupancy=0.55, lane_timing_fraction=0.25)
     seq = fake_phase({
         "level1/19": {"verdict": "correct", "finished_s": 90.0, "stages": {"build": 60.0},
                       "ref_runtime": {"mean": 4.4}, "runtime": {"mean": 3.8}},
@@ -200,6 +201,7 @@ def test_report_counts_rates_and_names_disagreements(bench):
     text = bench.markdown(report)
     assert "level2/9: pool mismatch" in text and "| level3/2 | not judged |" in text
     assert "1.33x" in text
+    assert "| lane slots per device | 2 | - |" in text and "| exclusive timing fraction | 0.25 | - |" in text
     json.dumps(report)  # the --out file
 
 
@@ -221,7 +223,15 @@ def test_published_baselines_are_keyed_by_problem(bench, tmp_path):
 def test_help_runs_without_a_gpu():
     out = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_kernelbench.py"), "--help"],
                          capture_output=True, text=True, timeout=300, cwd=REPO)
-    assert out.returncode == 0 and "--sequential-budget-s" in out.stdout
+    assert out.returncode == 0 and "--sequential-budget-s" in out.stdout and "--lane-slots" in out.stdout
+
+
+def test_lane_slots_reach_the_settings_and_zero_is_refused(bench, capsys):
+    assert bench.parse_args(["--lane-slots", "2"]).lane_slots == 2
+    assert bench.parse_args([]).lane_slots == 1  # the pool's default: one evaluation per lane
+    with pytest.raises(SystemExit) as exc:
+        bench.parse_args(["--lane-slots", "0"])
+    assert exc.value.code == 2 and "--lane-slots must be >= 1" in capsys.readouterr().err
 
 
 def test_two_one_phase_runs_combine_into_one_report(bench, tmp_path, capsys):
