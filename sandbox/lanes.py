@@ -17,8 +17,8 @@ their next commands wait until timing is over: a timed run never shares its devi
 evaluation's work, nor with a training step, while verification of several evaluations (and
 training) overlap. The locks are machine-wide flocks (sandbox/gate.py), so this holds against
 other pools on the machine too. While a section times, the run workers of the other evaluations
-on the device are stopped (SIGSTOP): solution code that left a thread behind cannot run it
-during someone else's timing. With one slot, a lane is exclusive to one evaluation, as before.
+on the device are stopped (SIGSTOP, every thread stopped before the section starts): solution
+code that left a thread behind cannot run it during someone else's timing. With one slot, a lane is exclusive to one evaluation, as before.
 """
 from __future__ import annotations
 

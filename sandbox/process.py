@@ -27,6 +27,8 @@ from .protocol import NONCE_COMMANDS, Command
 POLL_S = 0.02
 # Seconds to keep reading reports after a worker exits (children may still hold the pipe).
 EXIT_GRACE_S = 1.0
+# Seconds to wait for a stopped worker's threads to stop (one in the kernel may take a while).
+FREEZE_WAIT_S = 2.0
 
 class WorkerProcess:
     """One ``python -m sandbox.worker`` process: its directory (bulk outputs, log), its report
@@ -156,10 +158,11 @@ def kill_tree(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def freeze_tree(proc: subprocess.Popen) -> list[int]:
-    """SIGSTOP a live worker and every descendant (threads included: the whole process); the
-    pids stopped, for ``thaw``. A namespace's init process is stopped too (SIGSTOP from an
-    ancestor namespace is always delivered), and SIGKILL still ends a stopped process."""
+def freeze_tree(proc: subprocess.Popen, wait_s: float = FREEZE_WAIT_S) -> list[int]:
+    """SIGSTOP a live worker and every descendant (threads included: the whole process) and wait
+    until every thread has stopped; the pids stopped, for ``thaw``. A namespace's init process
+    is stopped too (SIGSTOP from an ancestor namespace is always delivered), and SIGKILL still
+    ends a stopped process."""
     if proc.poll() is not None:
         return []
     stopped = []
@@ -169,7 +172,28 @@ def freeze_tree(proc: subprocess.Popen) -> list[int]:
             stopped.append(pid)
         except (ProcessLookupError, PermissionError):
             pass
+    # A process stops once one of its threads takes the signal, which on a busy host can be
+    # milliseconds later; its other threads run until then.
+    deadline = time.monotonic() + wait_s
+    while not all(_all_threads_stopped(pid) for pid in stopped) and time.monotonic() < deadline:
+        time.sleep(0.001)
     return stopped
+
+
+def _all_threads_stopped(pid: int) -> bool:
+    """Every thread of ``pid`` stopped, or gone (read from /proc; True where /proc is missing)."""
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return True
+    for task in tasks:
+        try:
+            state = (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if state not in ("T", "t", "Z", "X"):
+            return False
+    return True
 
 
 def thaw(pids: list[int]) -> None:

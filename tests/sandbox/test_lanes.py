@@ -121,7 +121,7 @@ def test_a_frozen_worker_in_its_own_namespaces_stops_and_resumes():
         kill_tree(proc)  # unshare, and the namespace's processes with it
     stamps = [float(line) for line in proc.communicate()[0].split()]
     assert len(stopped) >= 3  # unshare, sh (init), python
-    assert not [t for t in stamps if frozen_at + 0.05 < t < thawed_at], "a frozen worker kept running"
+    assert not [t for t in stamps if frozen_at < t < thawed_at], "a frozen worker kept running"
     assert any(t > thawed_at for t in stamps), "the worker did not resume"
 
 
@@ -168,9 +168,13 @@ import torch.nn as nn
 MARKS, ME, OTHER, WAIT_S, TRIAL_S = {marks!r}, {me!r}, {other!r}, {wait_s!r}, {trial_s!r}
 
 
+def say(*words):
+    os.write(1, (" ".join(map(str, words)) + "\\n").encode())  # one write: lines never interleave
+
+
 def beat():
     while True:
-        print("BEAT", time.monotonic(), flush=True)
+        say("BEAT", time.monotonic())
         time.sleep(0.002)
 
 
@@ -190,7 +194,7 @@ class ModelNew(nn.Module):
         else:
             time.sleep(TRIAL_S if self.calls <= 5 else 0.05)
         out = torch.relu(a + b)
-        print("CALL", self.calls, start, time.monotonic(), flush=True)
+        say("CALL", self.calls, start, time.monotonic())
         return out
 '''
 
@@ -242,7 +246,8 @@ def test_two_slots_overlap_verification_never_timing(cfg, small_task, tmp_path, 
     for r in results:
         assert r.measurement.correct, r.measurement.error_detail
         seen[r.id] = seen_by(r.measurement.logs["run"])
-        assert [n for n, _, _ in seen[r.id][0]] == list(range(1, 11))  # 5 trials, 1 + 2 timed, 2 after
+        numbers = [n for n, _, _ in seen[r.id][0]]
+        assert numbers == list(range(1, 11)), f"{r.id}: calls {numbers}"  # 5 trials, 1 + 2 timed, 2 after
     verifying = {rid: [(s, e) for n, s, e in calls if n <= 5] for rid, (calls, _) in seen.items()}
     overlapped = any(overlaps(x, y) for x in verifying["a"] for y in verifying["b"])
     assert overlapped == (slots == 2), f"verified trials overlapped: {overlapped} with {slots} slot(s)"
@@ -250,10 +255,9 @@ def test_two_slots_overlap_verification_never_timing(cfg, small_task, tmp_path, 
     sections = sorted(lanes.timed_sections)
     assert all(end <= start for (_, end), (start, _) in zip(sections, sections[1:])), "timed sections overlapped"
     for section in sections:
-        present = {rid for rid, (calls, beats) in seen.items()
-                   if any(overlaps(section, (s, e)) for _, s, e in calls)
-                   or any(section[0] < t < section[1] for t in beats)}
-        assert len(present) <= 1, f"both evaluations ran during the timed section {section}"
+        inside = {rid: [c for c in calls if overlaps(section, c[1:])] + [t for t in beats if section[0] < t < section[1]]
+                  for rid, (calls, beats) in seen.items()}
+        assert sum(bool(v) for v in inside.values()) <= 1, f"both ran during the timed section {section}: {inside}"
     # Slot time summed over evaluations, against the time the lane had any: more when they overlapped.
     assert lanes.busy_s["-"] > 0
     assert lanes.slot_s["-"] > lanes.busy_s["-"] if slots == 2 else lanes.slot_s["-"] == pytest.approx(lanes.busy_s["-"])
