@@ -130,3 +130,21 @@ def test_shared_stages_put_every_rewards_ppo_on_one_graduated_prefix(tmp_path):
     over = fp.stage_overrides(agentic, tmp_path / "binary" / "seed0", "binary", 0, settings, tmp_path / "graduated" / "seed0")
     assert f"init_from={tmp_path / 'graduated' / 'seed0' / 'value'}" in over and "reward=binary" in over
     assert f"output_dir={tmp_path / 'binary' / 'seed0' / 'agentic_full'}" in over
+
+
+def test_the_actor_is_measured_on_training_and_held_out_tasks_before_rl(family_actor, sandbox_cache, tmp_path):
+    import eval_family_actor
+
+    report = eval_family_actor.main(["--actor", str(family_actor), "--max-tasks", "1", "--temperatures", "0",
+                                     "--max-new-tokens", "12", "--workers", "1", "--no-compile-baseline",
+                                     "--cache-dir", str(sandbox_cache), "--out", str(tmp_path / "eval.json")])
+    assert [(e["split"], e["mode"], e["temperature"], e["episodes"]) for e in report] == \
+        [("train", "single_turn", 0.0, 1.0), ("heldout", "single_turn", 0.0, 1.0)]
+    # Twelve tokens write no kernel: the real sandbox judges nothing correct, reward -1.
+    assert all(e["rewards"] == {"-1": 1} and e["pass_rate"] == 0.0 and e["reward_mean"] == -1.0 for e in report)
+    assert json.loads((tmp_path / "eval.json").read_text())["results"] == report
+    episodes = [json.loads(line) for line in (tmp_path / "eval.trajectories.jsonl").read_text().splitlines()]
+    assert [(e["split"], e["reward"]) for e in episodes] == [("train", -1.0), ("heldout", -1.0)]
+    with pytest.raises(SystemExit) as exit_info:
+        eval_family_actor.main(["--actor", str(tmp_path / "missing"), "--out", str(tmp_path / "x.json")])
+    assert exit_info.value.code == 2
