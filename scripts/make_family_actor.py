@@ -36,19 +36,26 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from data_gen.dataset import load_tasks  # noqa: E402
-from data_gen.family import ChainSpec, family_specs  # noqa: E402
+from data_gen.family import ChainSpec, family_specs, render_task, sample_specs  # noqa: E402
 from sandbox.config import SandboxConfig, TimingConfig  # noqa: E402
 from sandbox.pool import SandboxPool  # noqa: E402
 from src.agent import AgentConfig, TrajectoryWriter, read_trajectories, run_episode  # noqa: E402
-from src.agent.episode import task_prompt  # noqa: E402
+from src.agent.episode import system_prompt, task_prompt  # noqa: E402
 from src.agent.offline_model import (behaviour_clone, build_chat_tokenizer, chat_corpus, save_policy,  # noqa: E402
                                      small_model_config)
 from src.agent.policies import ScriptedPolicy  # noqa: E402
+from src.agent.tools import tool_schemas  # noqa: E402
+from src.agent.trajectory import ChatRenderer, TokenLedger  # noqa: E402
+from src.agent.workspace import Workspace  # noqa: E402
 from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, write_tasks  # noqa: E402
 
 # Single-turn demonstrations (the warm-up's mode: one reply of write_file calls, judged once):
 # which variant the reply writes, so the warm-up sees every reward from -1 to 3.
 SINGLE_TURN_MIX = {"naive": 0.2, "fused": 0.25, "vectorised": 0.3, "wrong": 0.15, "broken": 0.1}
+# Corpus demonstrations (--corpus-demos): the teacher's correct single-turn variants on sampled
+# training-split specs, rendered with the chat template, not judged (the stand-in pre-training
+# corpus: many more chain signatures than the judged tasks, never a held-out one).
+CORPUS_VARIANTS = ("naive", "fused", "vectorised")
 # The agent settings the demonstrations run under; the pipeline (scripts/family_pipeline.py)
 # gives rollouts the same turn limit.
 MAX_TURNS = 10
@@ -69,6 +76,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-tasks", type=int, default=0, help="first N training tasks only (0: all)")
     p.add_argument("--episodes", type=int, default=192, help="multi-turn teacher episodes")
     p.add_argument("--single-turn", type=float, default=0.5, help="single-turn episodes per multi-turn one")
+    p.add_argument("--corpus-demos", type=int, default=0,
+                   help="unjudged single-turn demonstrations on sampled training-split specs (CORPUS_VARIANTS)")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--size", default="actor", help="offline_model.MODEL_SIZES: tiny, actor, small, base")
     p.add_argument("--max-positions", type=int, default=16384, help="the model's context")
@@ -162,6 +171,38 @@ def record(args: argparse.Namespace, work: Path) -> Any:
     return tokenizer
 
 
+def single_turn_tokens(task_source: str, reply: str, tokenizer: Any, backend: str) -> tuple[list[int], list[int]]:
+    """(token_ids, loss_mask) of a single-turn episode whose one reply is ``reply``, as
+    run_episode records them (prompt, the reply as ScriptedPolicy encodes it, the closing)."""
+    cfg = single_turn_config()
+    workspace = Workspace.create(task_source, backend)
+    try:
+        messages = [{"role": "system", "content": system_prompt(workspace, cfg)},
+                    {"role": "user", "content": task_prompt(task_source, cfg)}]
+    finally:
+        workspace.cleanup()
+    renderer, ledger = ChatRenderer(tokenizer, tool_schemas(list(cfg.tools))), TokenLedger()
+    ledger.extend(renderer.render(messages, True), generated=False)
+    gen = ScriptedPolicy([reply], tokenizer=tokenizer).generate(messages, ledger.token_ids, cfg.max_new_tokens_per_turn)
+    ledger.extend(gen.token_ids, True)
+    ledger.extend(renderer.continuation(gen.token_ids, gen.finish_reason == "stop", []), False)
+    return ledger.token_ids, ledger.loss_mask
+
+
+def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -> list[dict]:
+    """``count`` unjudged single-turn demonstrations on sampled specs whose signature is in the
+    training split (so none shares its op sequence with a held-out task)."""
+    rng, rows = random.Random(f"corpus:{seed}"), []
+    specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 1) if s.split() == "train"][:count]
+    for spec in specs:
+        variant = rng.choice([v for v in CORPUS_VARIANTS if v in set(available(spec, backend))])
+        thought, calls = Script(spec, backend).write(variant)
+        ids, mask = single_turn_tokens(render_task(spec), thought + "\n" + "".join(calls), tokenizer, backend)
+        rows.append({"token_ids": ids, "loss_mask": mask, "mode": "single_turn", "reward": None,
+                     "policy": f"teacher/corpus_{variant}", "signature": spec.signature})
+    return rows
+
+
 def demonstrations(work: Path) -> list[dict]:
     rows = []
     for name in ("demos_multi.jsonl", "demos_single.jsonl"):
@@ -207,12 +248,14 @@ def main(argv: Optional[list[str]] = None) -> dict:
     rows = demonstrations(work)
     if not rows:
         usage_error(f"no token-level demonstration in {work}")
+    rows += corpus_demonstrations(args.corpus_demos, args.backend, tokenizer, args.seed) if args.corpus_demos else []
     model, training = clone(args, tokenizer, rows)
     save_policy(model, tokenizer, out)
     lengths = sorted(len(r["token_ids"]) for r in rows)
     build = {"command": "python scripts/make_family_actor.py " + " ".join(argv if argv is not None else sys.argv[1:]),
              "size": args.size, "parameters": sum(p.numel() for p in model.parameters()),
              "vocab_size": len(tokenizer), "demonstrations": len(rows), "rewards": reward_counts(rows),
+             "corpus_signatures": len({r["signature"] for r in rows if "signature" in r}),
              "plans": dict(sorted({r["policy"]: sum(1 for x in rows if x["policy"] == r["policy"]) for r in rows}.items())),
              "tokens": {"min": lengths[0], "median": lengths[len(lengths) // 2], "max": lengths[-1]},
              "training": training, "total_s": round(time.monotonic() - started)}

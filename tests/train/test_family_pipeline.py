@@ -68,6 +68,28 @@ def test_the_actor_is_cloned_from_teacher_episodes_of_training_tasks(family_acto
     assert {r["split"] for r in mfa.training_specs(str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"), 0)[0]} == {"train"}
 
 
+def test_unjudged_corpus_demonstrations_tokenise_as_judged_episodes_do(family_actor):
+    import random
+
+    from transformers import AutoTokenizer
+
+    from data_gen.dataset import load_tasks
+
+    tasks = str(ROOT / "data" / "family" / "cpu" / "tasks.parquet")
+    work = family_actor.with_name(family_actor.name + "_work")
+    recorded = json.loads((work / "demos_single.jsonl").read_text().splitlines()[0])
+    rows, specs = mfa.training_specs(tasks, 1)
+    variant, reply = mfa.single_turn_reply(specs[0], "cpu", random.Random("single:0:0"))  # the fixture's episode 0
+    assert recorded["episode_id"].endswith(variant)
+    tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
+    assert mfa.single_turn_tokens(rows[0]["code"], reply, tokenizer, "cpu") == \
+        (recorded["token_ids"], recorded["loss_mask"])
+    corpus = mfa.corpus_demonstrations(6, "cpu", tokenizer, seed=0)
+    held_out = {r["signature"] for r in load_tasks(tasks) if r["split"] == "heldout"}
+    assert len(corpus) == 6 and not held_out & {r["signature"] for r in corpus}
+    assert all(sum(r["loss_mask"]) > 50 and r["policy"].split("_", 1)[1] in mfa.CORPUS_VARIANTS for r in corpus)
+
+
 def test_the_four_stages_run_in_order_from_each_others_checkpoints(pipeline_run):
     run = pipeline_run / "graduated" / "seed0"
     for stage in ("warmup", "rft", "value", "agentic_full"):
