@@ -47,7 +47,7 @@ from src.agent.policies import ScriptedPolicy  # noqa: E402
 from src.agent.tools import tool_schemas  # noqa: E402
 from src.agent.trajectory import ChatRenderer, TokenLedger  # noqa: E402
 from src.agent.workspace import Workspace  # noqa: E402
-from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, write_tasks  # noqa: E402
+from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, vectorisable, write_tasks  # noqa: E402
 
 # Single-turn demonstrations (the warm-up's mode: one reply of write_file calls, judged once):
 # which variant the reply writes, so the warm-up sees every reward from -1 to 3.
@@ -171,33 +171,41 @@ def record(args: argparse.Namespace, work: Path) -> Any:
     return tokenizer
 
 
-def single_turn_tokens(task_source: str, reply: str, tokenizer: Any, backend: str) -> tuple[list[int], list[int]]:
-    """(token_ids, loss_mask) of a single-turn episode whose one reply is ``reply``, as
-    run_episode records them (prompt, the reply as ScriptedPolicy encodes it, the closing)."""
-    cfg = single_turn_config()
-    workspace = Workspace.create(task_source, backend)
-    try:
-        messages = [{"role": "system", "content": system_prompt(workspace, cfg)},
-                    {"role": "user", "content": task_prompt(task_source, cfg)}]
-    finally:
-        workspace.cleanup()
-    renderer, ledger = ChatRenderer(tokenizer, tool_schemas(list(cfg.tools))), TokenLedger()
-    ledger.extend(renderer.render(messages, True), generated=False)
-    gen = ScriptedPolicy([reply], tokenizer=tokenizer).generate(messages, ledger.token_ids, cfg.max_new_tokens_per_turn)
-    ledger.extend(gen.token_ids, True)
-    ledger.extend(renderer.continuation(gen.token_ids, gen.finish_reason == "stop", []), False)
-    return ledger.token_ids, ledger.loss_mask
+class SingleTurnRenderer:
+    """(token_ids, loss_mask) of single-turn episodes whose one reply is given, as run_episode
+    records them (prompt, the reply as ScriptedPolicy encodes it, the closing); the system
+    prompt and the template's continuations are rendered once."""
+
+    def __init__(self, tokenizer: Any, backend: str):
+        self.tokenizer, self.cfg = tokenizer, single_turn_config()
+        workspace = Workspace.create("", backend)
+        try:
+            self.system = system_prompt(workspace, self.cfg)
+        finally:
+            workspace.cleanup()
+        self.renderer = ChatRenderer(tokenizer, tool_schemas(list(self.cfg.tools)))
+
+    def tokens(self, task_source: str, reply: str) -> tuple[list[int], list[int]]:
+        messages = [{"role": "system", "content": self.system},
+                    {"role": "user", "content": task_prompt(task_source, self.cfg)}]
+        ledger = TokenLedger()
+        ledger.extend(self.renderer.render(messages, True), generated=False)
+        gen = ScriptedPolicy([reply], tokenizer=self.tokenizer).generate(messages, ledger.token_ids,
+                                                                         self.cfg.max_new_tokens_per_turn)
+        ledger.extend(gen.token_ids, True)
+        ledger.extend(self.renderer.continuation(gen.token_ids, gen.finish_reason == "stop", []), False)
+        return ledger.token_ids, ledger.loss_mask
 
 
 def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -> list[dict]:
     """``count`` unjudged single-turn demonstrations on sampled specs whose signature is in the
     training split (so none shares its op sequence with a held-out task)."""
-    rng, rows = random.Random(f"corpus:{seed}"), []
+    rng, rows, render = random.Random(f"corpus:{seed}"), [], SingleTurnRenderer(tokenizer, backend)
     specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 1) if s.split() == "train"][:count]
     for spec in specs:
-        variant = rng.choice([v for v in CORPUS_VARIANTS if v in set(available(spec, backend))])
+        variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])
         thought, calls = Script(spec, backend).write(variant)
-        ids, mask = single_turn_tokens(render_task(spec), thought + "\n" + "".join(calls), tokenizer, backend)
+        ids, mask = render.tokens(render_task(spec), thought + "\n" + "".join(calls))
         rows.append({"token_ids": ids, "loss_mask": mask, "mode": "single_turn", "reward": None,
                      "policy": f"teacher/corpus_{variant}", "signature": spec.signature})
     return rows

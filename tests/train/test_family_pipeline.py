@@ -82,7 +82,7 @@ def test_unjudged_corpus_demonstrations_tokenise_as_judged_episodes_do(family_ac
     variant, reply = mfa.single_turn_reply(specs[0], "cpu", random.Random("single:0:0"))  # the fixture's episode 0
     assert recorded["episode_id"].endswith(variant)
     tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
-    assert mfa.single_turn_tokens(rows[0]["code"], reply, tokenizer, "cpu") == \
+    assert mfa.SingleTurnRenderer(tokenizer, "cpu").tokens(rows[0]["code"], reply) == \
         (recorded["token_ids"], recorded["loss_mask"])
     corpus = mfa.corpus_demonstrations(6, "cpu", tokenizer, seed=0)
     held_out = {r["signature"] for r in load_tasks(tasks) if r["split"] == "heldout"}
