@@ -244,7 +244,7 @@ def _pool_row(result, finished_s: float) -> dict:
     m = result.measurement
     row.update(verdict="correct" if m.correct else (m.error or "incorrect"), detail=(m.error_detail or "")[:600],
                runtime_us=m.runtime_us, eager_us=m.eager_us, compile_us=m.compile_us,
-               max_abs_diff=m.max_abs_diff, stages=dict(m.stage_seconds))
+               max_abs_diff=m.max_abs_diff, stages=dict(m.stage_seconds), handovers=dict(m.handovers))
     return row
 
 

@@ -1,8 +1,8 @@
 """Checked calls (verified trials and spot-checked timed runs: one mechanism for both).
 
 The run worker reports each checked call (kind, label, seed, the digest of its inputs as the call
-left them) and hands its output to the reference worker in sealed shared memory
-(``sandbox.handover``); the reference worker regenerates the inputs from the seed (their digest),
+left them) and hands its output to the reference worker in shared memory (``sandbox.handover``:
+device memory on CUDA, a sealed memfd on the CPU); the reference worker regenerates the inputs from the seed (their digest),
 computes the reference output, compares (``judge_call``, in the reference worker: trusted code,
 on its device) and reports the result; the judge turns both into the verdict
 (``CallChecks.record``). One

@@ -1,7 +1,7 @@
 """Recursive output comparison: structure, type, shape, dtype, then values.
 
 Runs in the reference worker (trusted code only) on outputs rebuilt from the run worker's
-sealed shared memory (``sandbox.handover``: plain tensors and containers, no pickles), so
+shared memory (``sandbox.handover``: plain tensors and containers, no pickles), so
 nothing the solution produced can execute code here; large tensors are compared in chunks.
 """
 from __future__ import annotations

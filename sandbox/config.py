@@ -82,6 +82,8 @@ class SandboxConfig:
     file_size_limit_mb: int = 4096
     # Largest output of one call the run worker hands over (shared memory; host memory), in MiB.
     max_output_mb: int = 32768
+    # CUDA: hand checked outputs over in device memory (no host round trip); false: sealed host memory.
+    device_handover: bool = True
     # Host memory per worker, GiB: RLIMIT_AS (cpu backend); as root, the cgroup limit too; 0: none.
     host_memory_limit_gb: float = 32.0
     # GPU memory the solution's caching allocator may hold, GiB (torch's per-process fraction); 0: none.

@@ -1,5 +1,10 @@
-"""A checked call's output, handed from the run worker to the reference worker in sealed shared
-memory: one call at a time, never through a file or a pipe, never the other way round.
+"""A checked call's output, handed from the run worker to the reference worker in shared memory:
+one call at a time, never through a file or a pipe, never the other way round.
+
+Two channels, chosen in one place (``device_channel``): on the CUDA backend, device memory
+(``sandbox.device_memory``: a fresh harness-owned allocation, shared by file descriptor, copied
+device to device by the receiver); on the CPU backend, or where device sharing does not work,
+sealed host memory:
 
 The run worker copies the output's tensors into a fresh ``memfd``, seals it (no write, grow or
 shrink, by anyone, from then on) and sends the descriptor with a small JSON header over a Unix
@@ -9,6 +14,11 @@ travels from the reference worker to the run worker: reference outputs and regen
 stay in the reference worker's process. The header carries the nonce of the judge's latest
 command to the run worker (the judge hands it to the reference worker with the check), so a
 message solution code writes into the socket is a forgery.
+
+The device channel cannot be sealed: the harness copies the output into fresh memory and
+synchronises the whole device before sending; the judge stops the run worker's process tree
+before the reference worker takes its private copy, and the reference worker checks after its
+comparison that the shared memory still holds what it copied (docs/sandbox.md, "Trial data").
 """
 from __future__ import annotations
 
@@ -18,10 +28,12 @@ import mmap
 import os
 import socket
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from .device_memory import DeviceBuffer, DeviceMemoryError, granularity, unavailable
 from .inputs import WorkerFailure
 from .measurement import ErrorKind
 
@@ -33,6 +45,22 @@ HEADER_BYTES = 1 << 20
 DTYPES = {str(d): d for d in (torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.complex64,
                               torch.complex128, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8,
                               torch.bool)}
+# Byte alignment of each tensor in a device hand-over (the receiver views it with its dtype).
+DEVICE_ALIGN = 256
+# Channels: what the header's "channel" names and the judge counts.
+HOST, DEVICE = "host", "device"
+# Bound before solution code runs (the module is fingerprinted with the harness).
+_synchronize = torch.cuda.synchronize
+
+
+def device_channel(backend: str, enabled: bool) -> str:
+    """Why checked outputs cannot travel in device memory here ("" when they can): the one place
+    that chooses the channel. CPU backend, switched off, or the driver refuses: sealed host memory."""
+    if backend != "cuda":
+        return "the backend is not cuda"
+    if not enabled:
+        return "switched off (device_handover: false)"
+    return unavailable(0)
 
 
 class HandoverError(Exception):
@@ -79,14 +107,64 @@ def output_bytes(tensors: list) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-def send_output(sock: socket.socket, output: Any, header: dict, limit_bytes: int) -> None:
-    """Copy ``output`` into a sealed memfd and send it with ``header`` (label, seed, nonce ...)."""
+def send_output(sock: socket.socket, output: Any, header: dict, limit_bytes: int,
+                on_device: bool = False) -> DeviceBuffer | None:
+    """Copy ``output`` into fresh shared memory and send it with ``header`` (label, seed, nonce ...):
+    device memory when ``on_device`` and every tensor is on the GPU (returned: the caller frees it
+    once the check is acknowledged), else a sealed memfd (None)."""
     tensors: list = []
     desc = layout(output, tensors)
     total = output_bytes(tensors)
     if total > limit_bytes:
         raise WorkerFailure(ErrorKind.MISMATCH, f"the output has {total} bytes, more than the {limit_bytes} bytes "
                                                 "a call may return (max_output_mb)")
+    if on_device and total and all(t.is_cuda for t in tensors):
+        try:
+            buffer = DeviceBuffer.create(_device_extent(tensors), torch.cuda.current_device())
+        except (DeviceMemoryError, RuntimeError) as exc:  # out of device memory, say: this call goes through the host
+            print(f"sandbox: device hand-over unavailable for this call ({exc}); using host memory", flush=True)
+        else:
+            return _send_on_device(sock, buffer, tensors, dict(header, layout=desc))
+    _send_on_host(sock, tensors, dict(header, layout=desc), total)
+    return None
+
+
+def _device_entries(tensors: list) -> list[dict]:
+    entries, offset = [], 0
+    for t in tensors:
+        offset = -(-offset // DEVICE_ALIGN) * DEVICE_ALIGN
+        entries.append({"dtype": str(t.dtype), "shape": list(t.shape), "offset": offset})
+        offset += t.numel() * t.element_size()
+    return entries
+
+
+def _device_extent(tensors: list) -> int:
+    last = _device_entries(tensors)[-1]
+    return last["offset"] + output_bytes(tensors[-1:])
+
+
+def _send_on_device(sock: socket.socket, buffer: DeviceBuffer, tensors: list, header: dict) -> DeviceBuffer:
+    """Copy the tensors into ``buffer``, wait for the whole device (the solution's streams too),
+    then send a descriptor of it."""
+    try:
+        entries = _device_entries(tensors)
+        for t, entry in zip(tensors, entries):
+            data = _flat_bytes(t)
+            buffer.tensor[entry["offset"]:entry["offset"] + data.numel()].copy_(data)
+        _synchronize()
+        fd = buffer.export()
+        try:
+            message = json.dumps(dict(header, channel=DEVICE, tensors=entries, size=buffer.size)).encode()
+            socket.send_fds(sock, [message], [fd])
+        finally:
+            os.close(fd)
+    except BaseException:
+        buffer.close()
+        raise
+    return buffer
+
+
+def _send_on_host(sock: socket.socket, tensors: list, header: dict, total: int) -> None:
     fd = os.memfd_create("sandbox-output", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     try:
         os.ftruncate(fd, total)
@@ -99,18 +177,23 @@ def send_output(sock: socket.socket, output: Any, header: dict, limit_bytes: int
         except OSError as exc:  # EBUSY: someone holds a writable mapping of it
             raise WorkerFailure(ErrorKind.VIOLATION, f"harness_tampered: the output's shared memory could not be "
                                                      f"sealed ({exc.strerror})") from None
-        message = json.dumps(dict(header, layout=desc, tensors=entries, size=total)).encode()
+        message = json.dumps(dict(header, channel=HOST, tensors=entries, size=total)).encode()
         socket.send_fds(sock, [message], [fd])
     finally:
         os.close(fd)
 
 
-def _write_tensor(fd: int, t: torch.Tensor, offset: int) -> int:
-    """Write the tensor's bytes (row-major) at ``offset``, a chunk at a time; return their count."""
+def _flat_bytes(t: torch.Tensor) -> torch.Tensor:
+    """The tensor's bytes, row-major, as one uint8 vector."""
     flat = t.reshape(-1)
     if not flat.is_contiguous():
         flat = flat.contiguous()
-    data = flat.view(torch.uint8) if flat.numel() else flat.new_empty(0, dtype=torch.uint8)
+    return flat.view(torch.uint8) if flat.numel() else flat.new_empty(0, dtype=torch.uint8)
+
+
+def _write_tensor(fd: int, t: torch.Tensor, offset: int) -> int:
+    """Write the tensor's bytes (row-major) at ``offset``, a chunk at a time; return their count."""
+    data = _flat_bytes(t)
     for start in range(0, data.numel(), CHUNK_BYTES):
         chunk = data[start:start + CHUNK_BYTES].cpu()
         view = memoryview(chunk.numpy())
@@ -120,9 +203,37 @@ def _write_tensor(fd: int, t: torch.Tensor, offset: int) -> int:
     return data.numel()
 
 
+@dataclass
+class Handed:
+    """A received output. Device channel: ``output`` lies in the receiver's private copy of the
+    shared memory (``private``), taken as soon as it arrived; ``shared`` stays mapped until
+    ``close`` so that ``unchanged`` can tell whether anyone wrote into it meanwhile."""
+
+    header: dict
+    output: Any
+    shared: DeviceBuffer | None = None
+    private: torch.Tensor | None = None
+
+    def unchanged(self) -> bool:
+        return self.shared is None or torch.equal(self.shared.tensor, self.private)
+
+    def close(self) -> None:
+        shared, self.shared = self.shared, None
+        if shared is not None:
+            shared.close()
+
+
 def receive_output(sock: socket.socket, nonce: str, device: torch.device) -> tuple[dict, Any]:
     """The next handed-over output: its header and the output on ``device`` (CPU: a read-only
     view of the shared memory, no copy). Raises HandoverError for anything not sent as sent."""
+    handed = receive_handover(sock, nonce, device)
+    handed.close()
+    return handed.header, handed.output
+
+
+def receive_handover(sock: socket.socket, nonce: str, device: torch.device) -> Handed:
+    """The next hand-over, on either channel (``Handed.close`` it). Raises HandoverError for
+    anything not sent as the harness sends it."""
     message, fds, _flags, _addr = socket.recv_fds(sock, HEADER_BYTES, 4)
     try:
         if len(fds) != 1:
@@ -130,15 +241,61 @@ def receive_output(sock: socket.socket, nonce: str, device: torch.device) -> tup
         header = json.loads(message)
         if not isinstance(header, dict) or header.get("nonce") != nonce:
             raise HandoverError("wrong or missing nonce")
+        if header.get("channel") == DEVICE:
+            return _open_on_device(fds[0], header, device)
         if fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS:
             raise HandoverError("the output's shared memory is not sealed")
         tensors = _map_tensors(fds[0], header, device)
-        return header, rebuild(header["layout"], tensors)
+        return Handed(header, rebuild(header["layout"], tensors))
     except (ValueError, KeyError, TypeError, IndexError, OSError) as exc:
         raise HandoverError(f"malformed hand-over ({type(exc).__name__}: {exc})") from None
     finally:
         for fd in fds:
             os.close(fd)
+
+
+def _entry(entry: dict, size: int) -> tuple[torch.dtype, list[int], int, int]:
+    """(dtype, shape, offset, bytes) of one tensor entry, which must lie inside ``size`` bytes."""
+    dtype, shape, offset = DTYPES[entry["dtype"]], [int(n) for n in entry["shape"]], int(entry["offset"])
+    count = 1
+    for n in shape:
+        count *= n
+    nbytes = count * dtype.itemsize
+    if min(shape, default=0) < 0 or offset < 0 or offset + nbytes > size:
+        raise HandoverError("a tensor lies outside the shared memory")
+    return dtype, shape, offset, nbytes
+
+
+def _open_on_device(fd: int, header: dict, device: torch.device) -> Handed:
+    """Map the run worker's allocation, copy it at once into memory of this process, and view
+    the tensors there (each at its dtype's alignment). The announced size must be exactly what
+    the harness allocates for the layout (cuMemMap refuses a size beyond the allocation)."""
+    if device.type != "cuda":
+        raise HandoverError("a device hand-over reached a worker without a GPU")
+    size, index = int(header["size"]), device.index or 0
+    entries = [_entry(e, size) for e in header["tensors"]]
+    if not entries:
+        raise HandoverError("a device hand-over without tensors")
+    step = granularity(index)
+    extent = entries[-1][2] + entries[-1][3]
+    if size != max(step, -(-extent // step) * step):
+        raise HandoverError(f"the header announces {size} bytes for a layout of {extent}")
+    try:
+        shared = DeviceBuffer.open(fd, size, index)
+    except (DeviceMemoryError, RuntimeError) as exc:
+        raise HandoverError(f"the output's device memory could not be mapped ({exc})") from None
+    try:
+        private = shared.tensor.clone()
+        tensors = []
+        for dtype, shape, offset, nbytes in entries:
+            if offset % max(dtype.itemsize, 1):
+                raise HandoverError("a tensor is not aligned to its dtype in the shared memory")
+            part = private[offset:offset + nbytes]
+            tensors.append(part.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype, device=device))
+        return Handed(header, rebuild(header["layout"], tensors), shared, private)
+    except BaseException:
+        shared.close()
+        raise
 
 
 def _map_tensors(fd: int, header: dict, device: torch.device) -> list:
@@ -148,18 +305,12 @@ def _map_tensors(fd: int, header: dict, device: torch.device) -> list:
     memory = mmap.mmap(fd, size, prot=mmap.PROT_READ) if size else None
     tensors = []
     for entry in header["tensors"]:
-        dtype, shape, offset = DTYPES[entry["dtype"]], [int(n) for n in entry["shape"]], int(entry["offset"])
-        count = 1
-        for n in shape:
-            count *= n
-        nbytes = count * dtype.itemsize
-        if min(shape, default=0) < 0 or offset < 0 or offset + nbytes > size:
-            raise HandoverError("a tensor lies outside the shared memory")
+        dtype, shape, offset, nbytes = _entry(entry, size)
         if nbytes == 0:
             tensors.append(torch.empty(shape, dtype=dtype, device=device))
             continue
         with warnings.catch_warnings():  # read-only memory: torch warns that the tensor is not writable
             warnings.simplefilter("ignore")
-            flat = torch.frombuffer(memory, dtype=dtype, count=count, offset=offset)
+            flat = torch.frombuffer(memory, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
         tensors.append(flat.view(shape).to(device))
     return tensors

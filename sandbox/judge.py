@@ -31,7 +31,8 @@ import torch
 from .cgroups import WorkerCgroup
 from .checks import TIMED_RUN, TRIAL, CallChecks
 from .lanes import LaneSession, SoloLanes
-from .process import Cancelled, StageFailure, WorkerProcess, namespaces_available  # noqa: F401 (Cancelled: pool's)
+from .process import (Cancelled, StageFailure, WorkerProcess, freeze_tree,  # noqa: F401 (Cancelled: pool's)
+                      namespaces_available, thaw)
 from .config import SandboxConfig
 from .errors import TASK_ERROR, SolutionError, TaskError
 from .measurement import ErrorKind, Measurement, TimingStats
@@ -177,7 +178,10 @@ class _Evaluation:
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
             "init_path": str(ref_dir / "init.pt"), "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
+            "device_handover": cfg.device_handover,
         }
+        # Device hand-overs cannot be sealed: the run worker is stopped while its output is checked.
+        self.freeze_for_checks = cfg.backend == "cuda" and cfg.device_handover
 
     def spawn(self, role: str, extra_job: dict | None = None, pass_fds: tuple[int, ...] = (),
               hold: bool = False) -> WorkerProcess:
@@ -409,9 +413,17 @@ class _Evaluation:
         kind = TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
         with self.lane.work():
             start = time.monotonic()
-            ref.send("check", int(payload["seed"]), peer=run.nonce)
-            result = self._from_reference(ref, "checked")
+            # Every thread of the run worker stopped before the reference worker copies the output
+            # (see _Evaluation.freeze_for_checks and docs/sandbox.md, "Trial data").
+            stopped = freeze_tree(run.proc) if self.freeze_for_checks else []
+            try:
+                ref.send("check", int(payload["seed"]), peer=run.nonce)
+                result = self._from_reference(ref, "checked")
+            finally:
+                thaw(stopped)
         self._note_rss("reference", result)
+        if result.get("channel"):
+            self.m.handovers[result["channel"]] = self.m.handovers.get(result["channel"], 0) + 1
         if kind == TRIAL:
             self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
         return self.checks.record(kind, payload, result)

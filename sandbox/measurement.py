@@ -93,6 +93,9 @@ class Measurement:
     stopped_after: str = "none"
     # How solution code was isolated from the judge ("pid+net namespaces" or "none: why").
     isolation: str = ""
+    # Checked outputs per hand-over channel ("device": GPU memory shared by descriptor, "host":
+    # a sealed memfd), as the reference worker received them.
+    handovers: dict[str, int] = field(default_factory=dict)
     # Wall-clock seconds per stage (build, reference, baselines, verify, check, timing, spot_checks).
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # Peak resident memory of the run and reference workers, MiB (one trial at a time bounds it).

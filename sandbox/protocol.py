@@ -7,9 +7,9 @@
   carries the command's nonce.
 - Reports, one JSON line each on the worker's report pipe: ``{"phase", "nonce", "payload"}``.
   The run worker's ``kept`` report names a checked call: ``{"kind", "label", "seed",
-  "inputs_after", "violations"}`` (``inputs_after``: the digest of the inputs as the call left
+  "inputs_after", "channel", "violations"}`` (``inputs_after``: the digest of the inputs as the call left
   them; ``violations``: harness or task tampering found so far, which decides before the check); its
-  output travels separately, in sealed shared memory (``sandbox.handover``). The reference
+  output travels separately, in shared memory (``sandbox.handover``). The reference
   worker's ``checked`` report is ``sandbox.checks.judge_call``'s result (or ``{"forged": why}``).
 """
 from __future__ import annotations

@@ -13,8 +13,9 @@ Each worker reports to the judge over a pipe (one JSON line per phase, or an err
 commands (``sandbox.protocol``: "go", "next", "check", "stop") on stdin, so that the judge decides
 when timing may use the device. Every report carries the nonce of the latest command: a line that
 solution code writes into the pipe without it is a forgery the judge rejects. A checked call's
-output goes from the run worker to the reference worker in sealed shared memory
-(``sandbox.handover``), one call at a time; no trial data is written to a file.
+output goes from the run worker to the reference worker in shared memory (``sandbox.handover``:
+device memory on CUDA, a sealed memfd on the CPU), one call at a time; no trial data is written
+to a file.
 Anything the solution prints goes to the worker's log, not to the judge's stdout.
 
 Inputs come from seeds: the run worker draws one from the OS right before each call of the
@@ -48,7 +49,7 @@ from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .extensions import Builds
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
-from .handover import HandoverError, receive_output, send_output
+from .handover import DEVICE, HOST, HandoverError, device_channel, receive_handover, send_output
 from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
                      inputs_digest, load_module, save_tensors, seeded_inputs)
 from .protocol import Command
@@ -153,20 +154,27 @@ def check_call(task, model, handover: socket.socket, command: Command, device: t
     """Take the run worker's handed-over output, regenerate the call's inputs from its seed,
     compute the reference and compare, here (the run worker never holds a reference output)."""
     try:
-        header, output = receive_output(handover, command.peer, device)
-        if int(header.get("seed", -1)) != command.seed:
-            raise HandoverError("the hand-over is not the call the judge asked about")
+        handed = receive_handover(handover, command.peer, device)
     except (HandoverError, OSError, ValueError) as exc:  # OSError: nothing arrived in time
         return {"forged": str(exc)}
-    with torch.no_grad():
-        inputs = seeded_inputs(task, command.seed, device)
-        given = inputs_digest(inputs)
-        try:
-            expected = model(*inputs)
-        except Exception as exc:
-            raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
-        del inputs
-        return dict(judge_call(expected, output, cfg), inputs_given=given)
+    try:
+        if int(handed.header.get("seed", -1)) != command.seed:
+            return {"forged": "the hand-over is not the call the judge asked about"}
+        with torch.no_grad():
+            inputs = seeded_inputs(task, command.seed, device)
+            given = inputs_digest(inputs)
+            try:
+                expected = model(*inputs)
+            except Exception as exc:
+                raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
+            del inputs
+            result = judge_call(expected, handed.output, cfg)
+            del expected
+        if not handed.unchanged():  # device channel: someone wrote into it after the harness's copy
+            return {"forged": "the output's device memory changed after it was handed over"}
+        return dict(result, inputs_given=given, channel=handed.header.get("channel", HOST))
+    finally:
+        handed.close()
 
 
 def max_rss_mb() -> float:
@@ -345,24 +353,32 @@ class Stopped(Exception):
 class Handover:
     """Checked calls (verified trials, spot-checked timed runs): right after the call returned,
     while the recorder still watches, the digest of its inputs as it left them and its output
-    go to the reference worker (sealed shared memory); the judge has it checked there, then says
-    "next". One call at a time: nothing of a checked call outlives its check."""
+    go to the reference worker (shared memory: ``sandbox.handover``); the judge has it checked
+    there, then says "next". One call at a time: nothing of a checked call outlives its check
+    (device channel: the harness's copy is freed once the check is acknowledged)."""
 
-    def __init__(self, job: dict, channel: Channel, guard, tampering):
+    def __init__(self, job: dict, channel: Channel, guard, tampering, on_device: bool):
         self.sock = socket.socket(fileno=job["handover_fd"])
         self.channel, self.guard, self.tampering = channel, guard, tampering
         self.limit = job["max_output_mb"] << 20
+        self.on_device = on_device
         self.seconds = 0.0
 
     def check(self, kind: str, label: str, seed: int, call: Call) -> None:
         start = _perf_counter()
         record = {"kind": kind, "label": label, "seed": seed}
-        send_output(self.sock, call.output, dict(record, nonce=self.channel.nonce), self.limit)
-        if self.guard:
-            self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
-        record["inputs_after"] = inputs_digest(call.inputs)
-        self.channel.report("kept", dict(record, violations=self.tampering()))
-        proceed = self.channel.wait_command().name == "next"
+        shared = send_output(self.sock, call.output, dict(record, nonce=self.channel.nonce), self.limit,
+                             self.on_device)
+        try:
+            if self.guard:
+                self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
+            record["inputs_after"] = inputs_digest(call.inputs)
+            record["channel"] = DEVICE if shared else HOST
+            self.channel.report("kept", dict(record, violations=self.tampering()))
+            proceed = self.channel.wait_command().name == "next"
+        finally:
+            if shared:
+                shared.close()
         self.seconds += _perf_counter() - start
         if not proceed:
             raise Stopped()
@@ -424,6 +440,9 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
     harness = harness_fingerprint(watched)
     task_before = task_fingerprint(task)
     inputs = SeededCalls(task, device, guard)
+    not_on_device = device_channel(job["backend"], job.get("device_handover", False))
+    if job["backend"] == "cuda" and not_on_device:
+        print(f"sandbox: checked outputs go through host memory: {not_on_device}", flush=True)
     set_arch_env(job)
     cap_device_memory(job, device)
     confine_if_asked(job)
@@ -438,7 +457,8 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
         caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
         if guard:
             guard.arm()
-        handover = Handover(job, channel, guard, lambda: tampering(harness, watched, task_before, task))
+        handover = Handover(job, channel, guard, lambda: tampering(harness, watched, task_before, task),
+                            on_device=not not_on_device)
         checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard, handover)
     channel.report("outputs", {"weights_loaded": weights_loaded, "max_rss_mb": max_rss_mb(),
                                "violations": run_violations(guard, harness, watched, task_before, task)})
@@ -496,10 +516,10 @@ def apply_limits(job: dict, role: str = "") -> None:
 
 def harness_modules() -> list:
     """Modules whose functions the verdict depends on inside this process (this one included)."""
-    from . import guards, handover, inputs, measurement, protocol, recorder, timing
+    from . import device_memory, guards, handover, inputs, measurement, protocol, recorder, timing
 
     return [sys.modules[__name__], timing, guards, measurement, recorder, protocol, inputs, handover,
-            sys.modules[confine.__module__]]
+            device_memory, sys.modules[confine.__module__]]
 
 
 def confine_if_asked(job: dict) -> None:

@@ -291,8 +291,8 @@ def big_task(tmp_path: Path, rows: int, cols: int) -> Path:
 
 def test_six_gib_of_trial_data_is_judged_through_device_memory_only(cfg, tmp_path):
     # Two 2 GiB inputs and a 2 GiB output (19_ReLU's input is 6 GiB): inputs are made on the GPU,
-    # the output crosses to the reference worker in 64 MiB steps, neither worker's host memory
-    # holds more than about one output.
+    # the output crosses to the reference worker in device memory (host channel: in 64 MiB steps),
+    # neither worker's host memory holds more than about one output.
     task = big_task(tmp_path, 4096, 131072)
     small = dataclasses.replace(cfg, num_correct_trials=2, post_timing_trials=1, compile_baseline=False,
                                 timing=dataclasses.replace(cfg.timing, repeats=5))

@@ -124,7 +124,18 @@ def test_a_handed_over_output_arrives_whole_and_sealed(pair):
     assert torch.equal(got["n"][0], output["n"][0])
 
 
-@pytest.mark.parametrize("forgery", ["wrong_nonce", "unsealed", "too_short", "two_descriptors"])
+def test_the_cpu_backend_hands_over_in_host_memory_and_records_it(pair):
+    from sandbox.handover import device_channel
+
+    assert device_channel("cpu", True) == "the backend is not cuda"
+    assert device_channel("cuda", False).startswith("switched off")
+    # A CUDA-capable run worker never sends CPU tensors through device memory.
+    assert send_output(pair[0], torch.ones(3), {"nonce": "n", "seed": 1}, 1 << 20, on_device=True) is None
+    header, got = receive_output(pair[1], "n", torch.device("cpu"))
+    assert header["channel"] == "host" and torch.equal(got, torch.ones(3))
+
+
+@pytest.mark.parametrize("forgery", ["wrong_nonce", "unsealed", "too_short", "two_descriptors", "device_to_cpu"])
 def test_the_reference_side_refuses_forged_hand_overs(pair, forgery):
     data = bytes(16)
     if forgery == "wrong_nonce":
@@ -133,6 +144,8 @@ def test_the_reference_side_refuses_forged_hand_overs(pair, forgery):
         send_raw(pair[0], HEADER, data, seal=False)
     elif forgery == "too_short":
         send_raw(pair[0], HEADER, bytes(8))
+    elif forgery == "device_to_cpu":  # a device hand-over claimed for a memfd, to a worker without a GPU
+        send_raw(pair[0], HEADER.replace(b'"seed": 1', b'"seed": 1, "channel": "device"'), data)
     else:
         fds = [os.memfd_create("x"), os.memfd_create("y")]
         socket.send_fds(pair[0], [HEADER], fds)
