@@ -22,6 +22,7 @@ comparison that the shared memory still holds what it copied (docs/sandbox.md, "
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import mmap
@@ -251,7 +252,8 @@ def receive_handover(sock: socket.socket, nonce: str, device: torch.device) -> H
         raise HandoverError(f"malformed hand-over ({type(exc).__name__}: {exc})") from None
     finally:
         for fd in fds:
-            os.close(fd)
+            with contextlib.suppress(OSError):  # an importing driver may have closed it already
+                os.close(fd)
 
 
 def _entry(entry: dict, size: int) -> tuple[torch.dtype, list[int], int, int]:
