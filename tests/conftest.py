@@ -176,18 +176,28 @@ def write_solution(tmp_path: Path) -> Callable[..., Path]:
     return write
 
 
+def relu_add_source(forward_body: str, preamble: str = "") -> str:
+    """model_new.py of a pure-Python ModelNew for relu_add tasks whose forward(a, b) body is given."""
+    body = textwrap.indent(textwrap.dedent(forward_body).strip("\n"), " " * 8)
+    return ("import os\nimport signal\nimport sys\n\nimport torch\nimport torch.nn as nn\n\n"
+            + textwrap.dedent(preamble).strip("\n") + "\n\n\n"
+            "class ModelNew(nn.Module):\n"
+            "    def __init__(self):\n"
+            "        super().__init__()\n\n"
+            "    def forward(self, a, b):\n" + body + "\n")
+
+
+@pytest.fixture(scope="session")
+def relu_add_model_source() -> Callable[..., str]:
+    """relu_add_source (conftest is not importable under --import-mode=importlib)."""
+    return relu_add_source
+
+
 @pytest.fixture
 def relu_add_solution(write_solution: Callable[..., Path]) -> Callable[[str], Path]:
     """A pure-Python ModelNew for relu_add tasks whose forward(a, b) body is given."""
 
     def make(forward_body: str, preamble: str = "") -> Path:
-        body = textwrap.indent(textwrap.dedent(forward_body).strip("\n"), " " * 8)
-        source = ("import os\nimport signal\nimport sys\n\nimport torch\nimport torch.nn as nn\n\n"
-                  + textwrap.dedent(preamble).strip("\n") + "\n\n\n"
-                  "class ModelNew(nn.Module):\n"
-                  "    def __init__(self):\n"
-                  "        super().__init__()\n\n"
-                  "    def forward(self, a, b):\n" + body + "\n")
-        return write_solution(source)
+        return write_solution(relu_add_source(forward_body, preamble))
 
     return make
