@@ -7,6 +7,12 @@ outputs land where the README says, not in the repository); ``bash gpu`` needs a
 composed with ``--cfg job`` so that a renamed group or field fails here; ``bash setup`` is the
 set-up this suite runs inside; ``text`` is a synopsis. ``python`` is the interpreter running the
 tests (CI's ``.venv/bin/python``, what ``source .venv/bin/activate`` gives a user).
+
+Speed: the runnable commands are started together by the module fixture ``started``, one chain per
+entry (``train.py``, ``eval.py``, ``python -m sandbox``, ...): commands of one entry run one after
+another in README order, as a user types them, while different entries overlap (each is mostly one
+busy process, and each writes only its own ``outputs/`` directory). Each test then checks its own
+command's result.
 """
 from __future__ import annotations
 
@@ -15,6 +21,8 @@ import re
 import shlex
 import subprocess
 import sys
+from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -99,6 +107,43 @@ def run(argv: list[str], cwd: Path, env: dict[str, str]) -> subprocess.Completed
                           timeout=COMMAND_TIMEOUT_S)
 
 
+def entry_of(argv: list[str]) -> tuple[str, ...]:
+    """The script or module a command runs (``("train.py",)``, ``("-m", "sandbox")``)."""
+    return tuple(argv[1:3]) if argv[1:2] == ["-m"] else tuple(argv[1:2])
+
+
+# Commands of the longest chain: a test may wait for them all.
+LONGEST_CHAIN = max(Counter(entry_of(argv_of(c.line)[1]) for c in COMMANDS if not MARKERS[c.marker]).values())
+
+
+def run_chain(commands: list[Command], futures: dict[str, Future], cwd: Path, env: dict[str, str]) -> None:
+    """Run one entry's commands in README order, each result into its future."""
+    for command in commands:
+        extra_env, argv = argv_of(command.line)
+        try:
+            futures[command.id].set_result(run(argv, cwd, {**env, **extra_env}))
+        except BaseException as exc:  # noqa: BLE001 - handed to the test of that command
+            futures[command.id].set_exception(exc)
+
+
+@pytest.fixture(scope="module")
+def started(request, checkout: Path, cli_env: dict[str, str]) -> dict[str, Future]:
+    """Start every selected runnable command of the README: one chain per entry (see the docstring)."""
+    selected = {item.callspec.params["command"].id for item in request.session.items
+                if item.module is request.module and item.originalname == "test_readme_command_runs_as_typed"}
+    chains: dict[tuple[str, ...], list[Command]] = {}
+    for command in COMMANDS:
+        argv = argv_of(command.line)[1]
+        if command.id in selected and not MARKERS[command.marker] and argv[0] == sys.executable:
+            chains.setdefault(entry_of(argv), []).append(command)
+    futures = {c.id: Future() for chain in chains.values() for c in chain}
+    pool = ThreadPoolExecutor(max(len(chains), 1), thread_name_prefix="readme-command")
+    for chain in chains.values():
+        pool.submit(run_chain, chain, futures, checkout, cli_env)
+    yield futures
+    pool.shutdown(wait=True)
+
+
 def check_outputs(argv: list[str], proc: subprocess.CompletedProcess, checkout: Path) -> None:
     """What the README says each entry writes and prints is there."""
     readme = README.read_text()
@@ -130,14 +175,15 @@ def check_outputs(argv: list[str], proc: subprocess.CompletedProcess, checkout: 
         assert proc.stdout.startswith("reward "), proc.stdout
 
 
-@pytest.mark.timeout(COMMAND_TIMEOUT_S + 60)  # the command's own limit decides, not the suite's 600 s
+# The commands' own limits decide, not the suite's 600 s: a command may wait for those before it.
+@pytest.mark.timeout(COMMAND_TIMEOUT_S * LONGEST_CHAIN + 60)
 @pytest.mark.parametrize("command", COMMANDS, ids=[c.id for c in COMMANDS])
-def test_readme_command_runs_as_typed(command: Command, checkout: Path, cli_env: dict[str, str]):
+def test_readme_command_runs_as_typed(command: Command, checkout: Path, started: dict[str, Future]):
     if MARKERS[command.marker]:
         pytest.skip(f"the README marks it: {MARKERS[command.marker]}")
-    extra_env, argv = argv_of(command.line)
+    argv = argv_of(command.line)[1]
     assert argv[0] == sys.executable, f"a README command that is not a python command: {command.line}"
-    proc = run(argv, checkout, {**cli_env, **extra_env})
+    proc = started[command.id].result()
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "Traceback" not in proc.stderr, proc.stderr[-4000:]
     check_outputs(argv, proc, checkout)
