@@ -15,6 +15,9 @@ Launch lines (from the repository root):
     # One GPU (the sandbox stays the CPU one: data/family/cpu holds the tasks; ~6 min on an H200 host):
     python scripts/make_family_actor.py --out outputs/family/actor --episodes 384 --size small \\
         --steps 600 --batch-size 8 --device cuda --workers 12
+    # ... plus unjudged demonstrations over many more training signatures (docs/family.md):
+    python scripts/make_family_actor.py --out outputs/family/actor_corpus --work-dir outputs/family/actor_work \\
+        --size small --corpus-demos 3000 --steps 3000 --batch-size 8 --device cuda
 
 Writes to --out: the model and tokenizer (save_pretrained: load with
 model.actor.name_or_path=DIR), build.json (what was shown and the loss curve). --work-dir keeps
@@ -93,7 +96,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--cache-dir", default="", help="sandbox cache (default: $CUDA_AGENT_CACHE or ~/.cache)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-progress", action="store_true")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.corpus_demos < 0:
+        usage_error(f"--corpus-demos must be >= 0, got {args.corpus_demos}")
+    return args
 
 
 def training_specs(path: str, max_tasks: int) -> tuple[list[dict], list[ChainSpec]]:
