@@ -43,13 +43,10 @@ from data_gen.family import ChainSpec, family_specs, render_task, sample_specs  
 from sandbox.config import SandboxConfig, TimingConfig  # noqa: E402
 from sandbox.pool import SandboxPool  # noqa: E402
 from src.agent import AgentConfig, TrajectoryWriter, read_trajectories, run_episode  # noqa: E402
-from src.agent.episode import system_prompt, task_prompt  # noqa: E402
+from src.agent.episode import SingleReplyTokens, task_prompt  # noqa: E402
 from src.agent.offline_model import (behaviour_clone, build_chat_tokenizer, chat_corpus, save_policy,  # noqa: E402
                                      small_model_config)
 from src.agent.policies import ScriptedPolicy  # noqa: E402
-from src.agent.tools import tool_schemas  # noqa: E402
-from src.agent.trajectory import ChatRenderer, TokenLedger  # noqa: E402
-from src.agent.workspace import Workspace  # noqa: E402
 from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, vectorisable, write_tasks  # noqa: E402
 
 # Single-turn demonstrations (the warm-up's mode: one reply of write_file calls, judged once):
@@ -177,36 +174,10 @@ def record(args: argparse.Namespace, work: Path) -> Any:
     return tokenizer
 
 
-class SingleTurnRenderer:
-    """(token_ids, loss_mask) of single-turn episodes whose one reply is given, as run_episode
-    records them (prompt, the reply as ScriptedPolicy encodes it, the closing); the system
-    prompt and the template's continuations are rendered once."""
-
-    def __init__(self, tokenizer: Any, backend: str):
-        self.tokenizer, self.cfg = tokenizer, single_turn_config()
-        workspace = Workspace.create("", backend)
-        try:
-            self.system = system_prompt(workspace, self.cfg)
-        finally:
-            workspace.cleanup()
-        self.renderer = ChatRenderer(tokenizer, tool_schemas(list(self.cfg.tools)))
-
-    def tokens(self, task_source: str, reply: str) -> tuple[list[int], list[int]]:
-        messages = [{"role": "system", "content": self.system},
-                    {"role": "user", "content": task_prompt(task_source, self.cfg)}]
-        ledger = TokenLedger()
-        ledger.extend(self.renderer.render(messages, True), generated=False)
-        gen = ScriptedPolicy([reply], tokenizer=self.tokenizer).generate(messages, ledger.token_ids,
-                                                                         self.cfg.max_new_tokens_per_turn)
-        ledger.extend(gen.token_ids, True)
-        ledger.extend(self.renderer.continuation(gen.token_ids, gen.finish_reason == "stop", []), False)
-        return ledger.token_ids, ledger.loss_mask
-
-
 def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -> list[dict]:
     """``count`` unjudged single-turn demonstrations on sampled specs whose signature is in the
     training split (so none shares its op sequence with a held-out task)."""
-    rng, rows, render = random.Random(f"corpus:{seed}"), [], SingleTurnRenderer(tokenizer, backend)
+    rng, rows, render = random.Random(f"corpus:{seed}"), [], SingleReplyTokens(tokenizer, single_turn_config(), backend)
     specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 1) if s.split() == "train"][:count]
     for spec in specs:
         variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])

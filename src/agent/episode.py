@@ -29,10 +29,11 @@ from sandbox.measurement import Measurement
 from sandbox.pool import PoolClient
 from sandbox.reward import passed, reward_fn
 
-from .policies import PolicyError
+from .policies import PolicyError, ScriptedPolicy
 from .toolcall import parse_tool_calls
 from .tools import SANDBOX_TOOLS, SandboxJudge, Toolbox, Verdict, clip, content_key, tool_schemas
-from .trajectory import ChatRenderer, TemplateDrift, ToolRecord, Trajectory, TrajectoryWriter, TurnRecord
+from .trajectory import (ChatRenderer, TemplateDrift, TokenLedger, ToolRecord, Trajectory, TrajectoryWriter,
+                         TurnRecord)
 from .workspace import SOLUTION_FILE, Workspace
 
 ALL_TOOLS = ("list_files", "read_file", "write_file", "edit_file", "compile", "verify", "profile", "finish")
@@ -104,6 +105,39 @@ def task_prompt(task_source: str, cfg: AgentConfig) -> str:
                    "and call finish when the workspace holds your best solution.")
 
 
+def opening_messages(system: str, task_source: str, cfg: AgentConfig) -> list[dict]:
+    """An episode's first two messages: the system prompt and the task."""
+    return [{"role": "system", "content": system}, {"role": "user", "content": task_prompt(task_source, cfg)}]
+
+
+class SingleReplyTokens:
+    """(token_ids, loss_mask) of a single-turn episode whose one reply is given, exactly as
+    ``Episode`` records them (the prompt, the reply as the policy's tokenizer encodes it, the
+    template's closing), without a workspace or a sandbox: demonstrations in bulk. The system
+    prompt and the renderer are built once."""
+
+    def __init__(self, tokenizer: Any, cfg: AgentConfig, backend: str):
+        if cfg.mode != "single_turn":
+            raise ValueError(f"SingleReplyTokens records single-turn episodes, not {cfg.mode!r}")
+        self.tokenizer, self.cfg = tokenizer, cfg
+        workspace = Workspace.create("", backend)
+        try:
+            self.system = system_prompt(workspace, cfg)
+        finally:
+            workspace.cleanup()
+        self.renderer = ChatRenderer(tokenizer, tool_schemas(list(cfg.tools)))
+
+    def tokens(self, task_source: str, reply: str) -> tuple[list[int], list[int]]:
+        messages = opening_messages(self.system, task_source, self.cfg)
+        ledger = TokenLedger()
+        ledger.extend(self.renderer.render(messages, True), generated=False)
+        gen = ScriptedPolicy([reply], tokenizer=self.tokenizer).generate(messages, ledger.token_ids,
+                                                                         self.cfg.max_new_tokens_per_turn)
+        ledger.extend(gen.token_ids, True)
+        ledger.extend(self.renderer.continuation(gen.token_ids, gen.finish_reason == "stop", []), False)
+        return ledger.token_ids, ledger.loss_mask
+
+
 # ---------------------------------------------------------------------- the loop
 
 class Episode:
@@ -133,8 +167,7 @@ class Episode:
     async def run(self) -> Trajectory:
         start = time.monotonic()
         try:
-            self.traj.messages = [{"role": "system", "content": system_prompt(self.workspace, self.cfg)},
-                                  {"role": "user", "content": self.task_prompt()}]
+            self.traj.messages = opening_messages(system_prompt(self.workspace, self.cfg), self.task_source, self.cfg)
             if self.policy.tokenizer is not None:
                 self.renderer = ChatRenderer(self.policy.tokenizer, self.tools)
                 self.traj.ledger.extend(self.renderer.render(self.traj.messages, True), generated=False)

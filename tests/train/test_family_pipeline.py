@@ -19,6 +19,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import family_pipeline as fp  # noqa: E402
 import make_family_actor as mfa  # noqa: E402
 import plot_family  # noqa: E402
+from src.agent.episode import SingleReplyTokens  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +83,7 @@ def test_unjudged_corpus_demonstrations_tokenise_as_judged_episodes_do(family_ac
     variant, reply = mfa.single_turn_reply(specs[0], "cpu", random.Random("single:0:0"))  # the fixture's episode 0
     assert recorded["episode_id"].endswith(variant)
     tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
-    assert mfa.SingleTurnRenderer(tokenizer, "cpu").tokens(rows[0]["code"], reply) == \
+    assert SingleReplyTokens(tokenizer, mfa.single_turn_config(), "cpu").tokens(rows[0]["code"], reply) == \
         (recorded["token_ids"], recorded["loss_mask"])
     corpus = mfa.corpus_demonstrations(6, "cpu", tokenizer, seed=0)
     held_out = {r["signature"] for r in load_tasks(tasks) if r["split"] == "heldout"}
