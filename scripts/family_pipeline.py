@@ -24,6 +24,9 @@ one; the model trains on --trainer's device):
     python scripts/family_pipeline.py --actor outputs/family/actor --out outputs/family/runs \\
         --trainer gpu --seeds 0,1,2 --rewards graduated,binary,continuous --ablations full,no_rft,no_value \\
         --time-budget-s 540
+    # ... the same with the seeds' chains at once (the host's cores judge every chain's episodes;
+    # unpinned lanes, so the pools do not all land on the same cores; timing stays exclusive):
+    #   --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4
     python scripts/plot_family.py --runs outputs/family/runs --out docs/figures
 
 Layout: <out>/<reward>/seed<k>/{warmup, rft, rft_actor_only, value, value_no_rft,
@@ -39,6 +42,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +54,8 @@ ABLATIONS = ("full", "no_rft", "no_value")
 DONE = "pipeline_done.json"
 # Exit status when the time budget ran out before every stage was done (rerun to continue).
 INCOMPLETE = 3
+# pipeline.jsonl is appended to by every chain running at once (--jobs).
+LOG_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,7 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     seconds = round(time.monotonic() - started, 1)
     if status == "done":
         (stage_dir / DONE).write_text(json.dumps({"seconds": seconds, "command": command}) + "\n")
-    with log.open("a") as f:
+    with LOG_LOCK, log.open("a") as f:
         f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "command": command}) + "\n")
     return status
 
@@ -217,33 +223,70 @@ def launch(command: list[str], log_path: Path, timeout: Optional[float]) -> str:
             return "stopped"
 
 
-def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
-                 settings: Settings, time_budget_s: float = 0.0) -> dict[str, str]:
-    """Every stage of every (reward, seed) run, in order; returns each stage directory's status."""
-    deadline = time.monotonic() + time_budget_s if time_budget_s > 0 else None
-    out.mkdir(parents=True, exist_ok=True)
-    statuses: dict[str, str] = {}
+@dataclass(frozen=True)
+class StageRun:
+    """One stage of the plan: where it runs, and the (reward, seed) run it belongs to."""
+
+    stage: Stage
+    stage_dir: Path
+    reward: str
+    seed: int
+    source: Path
+
+
+def plan_chains(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
+                settings: Settings) -> list[list[StageRun]]:
+    """The stage runs as independent chains, each in the order it must run: one chain per seed
+    when the stages before PPO are shared by every reward (--reward-stages agentic), else one per
+    (reward, seed). A shared stage appears once, in its seed's chain."""
+    chains: dict[tuple, list[StageRun]] = {}
+    seen: set[Path] = set()
     for reward in rewards:
         for seed in seeds:
-            run_dir = out / reward / f"seed{seed}"
+            chain = chains.setdefault((seed,) if settings.reward_stages == "agentic" else (reward, seed), [])
             for stage in stages_for(ablations):
                 shared = settings.reward_stages == "agentic" and stage.stage != "agentic_rl"
                 stage_reward = SHARED_REWARD if shared else reward
                 stage_dir = out / stage_reward / f"seed{seed}" / stage.name
+                if stage_dir in seen:
+                    continue  # a shared stage, already planned for an earlier reward
+                seen.add(stage_dir)
                 source = out / (SHARED_REWARD if settings.reward_stages == "agentic" else reward) / f"seed{seed}"
-                key = str(stage_dir)
-                if key in statuses:
-                    continue  # a shared stage, already run for an earlier reward
-                if deadline is not None and time.monotonic() >= deadline:
-                    statuses[key] = "not_started"
-                    continue
-                if stage.init == ACTOR_ONLY:
-                    write_actor_only(source / "rft")
-                overrides = stage_overrides(stage, stage_dir.parent, stage_reward, seed, settings, source)
-                statuses[key] = run_stage(stage_dir, overrides, deadline, out / "pipeline.jsonl")
-                if statuses[key] == "failed":
-                    print(f"family_pipeline: {key} failed; its log: {key}/pipeline.log", file=sys.stderr)
-                    return statuses
+                chain.append(StageRun(stage, stage_dir, stage_reward, seed, source))
+    return list(chains.values())
+
+
+def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[float], log: Path,
+              statuses: dict[str, str]) -> None:
+    """The chain's stages in order; a failed stage ends its chain (what follows starts from it)."""
+    for run in chain:
+        key = str(run.stage_dir)
+        if deadline is not None and time.monotonic() >= deadline:
+            statuses[key] = "not_started"
+            continue
+        if run.stage.init == ACTOR_ONLY:
+            write_actor_only(run.source / "rft")
+        overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source)
+        statuses[key] = run_stage(run.stage_dir, overrides, deadline, log)
+        if statuses[key] == "failed":
+            print(f"family_pipeline: {key} failed; its log: {key}/pipeline.log", file=sys.stderr)
+            return
+
+
+def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
+                 settings: Settings, time_budget_s: float = 0.0, jobs: int = 1) -> dict[str, str]:
+    """Every stage of every (reward, seed) run; ``jobs`` independent chains at once (each its own
+    train.py processes: they share the machine's sandbox gate, so timing stays exclusive).
+    Returns each stage directory's status."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    deadline = time.monotonic() + time_budget_s if time_budget_s > 0 else None
+    out.mkdir(parents=True, exist_ok=True)
+    statuses: dict[str, str] = {}
+    chains = plan_chains(out, seeds, rewards, ablations, settings)
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        for future in [pool.submit(run_chain, c, settings, deadline, out / "pipeline.jsonl", statuses) for c in chains]:
+            future.result()
     return statuses
 
 
@@ -290,6 +333,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="all: every stage trains on the run's reward; agentic: only PPO does (the stages "
                         "before it run once, on the graduated reward, and every reward's PPO starts from them)")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no stage after this (0: no limit)")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="independent chains at once (seeds; with --reward-stages all, (reward, seed) pairs)")
     return p.parse_args(argv)
 
 
@@ -300,6 +345,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         seeds = [int(x) for x in args.seeds.split(",")]
     except ValueError:
         usage_error(f"--steps and --seeds take integers, got {args.steps!r}, {args.seeds!r}")
+    if args.jobs < 1:
+        usage_error(f"--jobs must be at least 1, got {args.jobs}")
     if len(steps) != 4 or min(steps) < 1:
         usage_error(f"--steps needs 4 positive counts (warm-up,RFT,value,PPO), got {args.steps!r}")
     if not Path(args.actor, "config.json").exists():
@@ -312,7 +359,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
                         extra=list(args.extra))
     statuses = run_pipeline(Path(args.out).absolute(), seeds, parse_list(args.rewards, REWARDS, "--rewards"),
-                            parse_list(args.ablations, ABLATIONS, "--ablations"), settings, args.time_budget_s)
+                            parse_list(args.ablations, ABLATIONS, "--ablations"), settings, args.time_budget_s,
+                            args.jobs)
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in sorted(set(statuses.values()))}
     print(json.dumps({"out": str(Path(args.out).absolute()), "stages": counts}))
     if "failed" in counts:

@@ -155,6 +155,21 @@ def test_shared_stages_put_every_rewards_ppo_on_one_graduated_prefix(tmp_path):
     assert f"output_dir={tmp_path / 'binary' / 'seed0' / 'agentic_full'}" in over
 
 
+def test_chains_run_apart_only_what_starts_from_nothing_shared(tmp_path):
+    where = lambda chain: [r.stage_dir.relative_to(tmp_path).as_posix() for r in chain]  # noqa: E731
+    shared = fp.Settings(actor="/models/a", reward_stages="agentic")
+    chains = fp.plan_chains(tmp_path, [0, 1], ["graduated", "binary"], ["full", "no_value"], shared)
+    assert [where(c) for c in chains] == [[f"graduated/seed{k}/{n}" for n in ("warmup", "rft", "value", "agentic_full",
+                                                                            "agentic_no_value")]
+                                          + [f"binary/seed{k}/agentic_full", f"binary/seed{k}/agentic_no_value"]
+                                          for k in (0, 1)]
+    assert {r.source for r in chains[1]} == {tmp_path / "graduated" / "seed1"}
+    separate = fp.plan_chains(tmp_path, [0], ["graduated", "binary"], ["full"], fp.Settings(actor="/models/a"))
+    assert [where(c) for c in separate] == [[f"{r}/seed0/{n}" for n in ("warmup", "rft", "value", "agentic_full")]
+                                            for r in ("graduated", "binary")]
+    assert separate[1][0].source == tmp_path / "binary" / "seed0" and separate[1][0].reward == "binary"
+
+
 def test_the_actor_is_measured_on_training_and_held_out_tasks_before_rl(family_actor, sandbox_cache, tmp_path):
     import eval_family_actor
 
