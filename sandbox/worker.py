@@ -49,12 +49,15 @@ from .cgroups import join as join_cgroups
 from .confine import ConfinementError, confine
 from .extensions import Builds
 from .guards import check_timing_inputs, input_layout, task_fingerprint, task_tampering
-from .handover import DEVICE, HOST, HandoverError, device_channel, receive_handover, send_output
+from .handover import CHANGED, DEVICE, HOST, HandoverError, device_channel, receive_handover, send_output
 from .inputs import (TRACEBACK_CHARS, WorkerFailure, chance, check_inputs, call_task, describe_exception, fresh_seed,
                      inputs_digest, load_module, save_tensors, seeded_inputs)
 from .protocol import Command
 from .trial_size import check_trial_fits, host_memory_bytes
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, measure, tampered_harness, timed_runs
+
+# Bound before solution code runs (this module is fingerprinted with the harness).
+_memory_allocated, _max_memory_allocated = torch.cuda.memory_allocated, torch.cuda.max_memory_allocated
 
 
 class Channel:
@@ -152,7 +155,11 @@ HANDOVER_TIMEOUT_S = 30.0
 def check_call(task, model, handover: socket.socket, command: Command, device: torch.device,
                cfg: SandboxConfig) -> dict:
     """Take the run worker's handed-over output, regenerate the call's inputs from its seed,
-    compute the reference and compare, here (the run worker never holds a reference output)."""
+    compute the reference and compare, here (the run worker never holds a reference output).
+    Device channel: compared in the run worker's memory, which the judge keeps it from touching
+    meanwhile (its process tree is stopped) and which ``Handed`` watches for any other writer."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # this check's peak, not the baselines'
     try:
         handed = receive_handover(handover, command.peer, device)
     except (HandoverError, OSError, ValueError) as exc:  # OSError: nothing arrived in time
@@ -168,13 +175,26 @@ def check_call(task, model, handover: socket.socket, command: Command, device: t
             except Exception as exc:
                 raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
             del inputs
-            result = judge_call(expected, handed.output, cfg)
+            result = judge_call(expected, handed.output, cfg, handed.read)
             del expected
-        if not handed.unchanged():  # device channel: someone wrote into it after the harness's copy
-            return {"forged": "the output's device memory changed after it was handed over"}
-        return dict(result, inputs_given=given, channel=handed.header.get("channel", HOST))
+        if not handed.unchanged():  # device channel: someone wrote into it after it arrived
+            return {"forged": CHANGED}
+        return dict(result, inputs_given=given, channel=handed.header.get("channel", HOST),
+                    device_peak_mb=device_peak_mb(device, mapped_bytes=handed.mapped_bytes()))
+    except HandoverError as exc:  # a chunk the comparison read no longer held what arrived
+        return {"forged": str(exc)}
     finally:
         handed.close()
+
+
+def device_peak_mb(device: torch.device, seen_bytes: int = 0, mapped_bytes: int = 0) -> float | None:
+    """Peak device memory of this worker, MiB: the most torch allocated since the last reset,
+    plus ``mapped_bytes`` of hand-over memory mapped all that time, or ``seen_bytes`` when more
+    (torch's allocations plus a hand-over allocation, counted at a moment when both existed).
+    Hand-over memory lies outside torch's allocator, which does not count it."""
+    if device.type != "cuda":
+        return None
+    return max(_max_memory_allocated(device) + mapped_bytes, seen_bytes) / (1 << 20)
 
 
 def max_rss_mb() -> float:
@@ -354,8 +374,10 @@ class Handover:
     """Checked calls (verified trials, spot-checked timed runs): right after the call returned,
     while the recorder still watches, the digest of its inputs as it left them and its output
     go to the reference worker (shared memory: ``sandbox.handover``); the judge has it checked
-    there, then says "next". One call at a time: nothing of a checked call outlives its check
-    (device channel: the harness's copy is freed once the check is acknowledged)."""
+    there, then says "next". One call at a time: nothing of a checked call outlives its check.
+    Once copied, the harness drops the output (``Call.output``) before it reports: on the device
+    channel, while the reference worker checks, this worker holds the call's inputs and the copy
+    (freed once the check is acknowledged), not the output as well."""
 
     def __init__(self, job: dict, channel: Channel, guard, tampering, on_device: bool):
         self.sock = socket.socket(fileno=job["handover_fd"])
@@ -363,12 +385,17 @@ class Handover:
         self.limit = job["max_output_mb"] << 20
         self.on_device = on_device
         self.seconds = 0.0
+        # Most device memory seen in use while a call's output and its copy both existed.
+        self.peak_bytes = 0
 
     def check(self, kind: str, label: str, seed: int, call: Call) -> None:
         start = _perf_counter()
         record = {"kind": kind, "label": label, "seed": seed}
         shared = send_output(self.sock, call.output, dict(record, nonce=self.channel.nonce), self.limit,
                              self.on_device)
+        if shared:
+            self.peak_bytes = max(self.peak_bytes, _memory_allocated() + shared.size)
+        call.output = None
         try:
             if self.guard:
                 self.guard.leave_call()  # the copy was watched; the digest's own arithmetic (CUDA) is the harness's
@@ -461,6 +488,7 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
                             on_device=not not_on_device)
         checked_calls(caller, inputs, [f"trial {k}" for k in range(n_pre)], guard, handover)
     channel.report("outputs", {"weights_loaded": weights_loaded, "max_rss_mb": max_rss_mb(),
+                               "device_peak_mb": device_peak_mb(device, seen_bytes=handover.peak_bytes),
                                "violations": run_violations(guard, harness, watched, task_before, task)})
     if channel.wait_command().name != "go":
         return
@@ -477,6 +505,7 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
                       guard, handover)
     channel.report("timing", {"runtime": TimingStats.from_samples(samples).__dict__, "spot_check_s": spot_check_s,
                               "max_rss_mb": max_rss_mb(),
+                              "device_peak_mb": device_peak_mb(device, seen_bytes=handover.peak_bytes),
                               "violations": run_violations(guard, harness, watched, task_before, task)})
 
 
