@@ -30,7 +30,8 @@ import torch
 
 from sandbox.config import TimingConfig
 from sandbox.timing import measure
-from sandbox.worker import apply_limits, device_name, load_module, seeded_inputs
+from sandbox.inputs import load_module, seeded_inputs
+from sandbox.worker_common import apply_limits, device_name
 
 RUBRICS = ("eager", "deterministic", "nontrivial", "runtime", "compile")
 DETAIL_CHARS = 600

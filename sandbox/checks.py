@@ -6,7 +6,8 @@ device memory on CUDA, a sealed memfd on the CPU); the reference worker regenera
 computes the reference output, compares (``judge_call``, in the reference worker: trusted code,
 on its device) and reports the result; the judge turns both into the verdict
 (``CallChecks.record``). One
-call at a time: at most one trial's inputs and two outputs exist per worker.
+call at a time: at most one trial's inputs and two outputs exist per worker (on the device channel
+the reference worker's two are its reference output and its mapping of the run worker's copy).
 """
 from __future__ import annotations
 
@@ -20,14 +21,16 @@ from .measurement import ErrorKind, Measurement
 TRIAL, TIMED_RUN = "trial", "timed_run"
 
 
-def judge_call(expected: Any, output: Any, cfg: SandboxConfig) -> dict:
-    """The reference worker's comparison of one call's output with the reference output."""
-    result = compare_outputs(expected, output, cfg.tolerance_for)
+def judge_call(expected: Any, output: Any, cfg: SandboxConfig, read=None) -> dict:
+    """The reference worker's comparison of one call's output with the reference output;
+    ``read`` (``Handed.read``) takes each chunk of the output as the comparison reads it."""
+    read = read or (lambda chunk: chunk)
+    result = compare_outputs(expected, output, cfg.tolerance_for, read=read)
     strict_ok = None
     if result.ok and cfg.tolerance != "kernelbench":
         # Under a looser preset, also whether the kernel passes KernelBench's tolerances:
         # reduced precision is a property of the kernel worth reporting.
-        strict_ok = compare_outputs(expected, output, SandboxConfig(backend=cfg.backend).tolerance_for).ok
+        strict_ok = compare_outputs(expected, output, SandboxConfig(backend=cfg.backend).tolerance_for, read=read).ok
     return {"ok": result.ok, "reason": result.reason, "max_abs_diff": result.max_abs_diff, "strict_ok": strict_ok}
 
 

@@ -2,7 +2,10 @@
 
 Runs in the reference worker (trusted code only) on outputs rebuilt from the run worker's
 shared memory (``sandbox.handover``: plain tensors and containers, no pickles), so
-nothing the solution produced can execute code here; large tensors are compared in chunks.
+nothing the solution produced can execute code here. Tensors are compared in chunks, and each
+chunk of the output is read once, through ``read``: the device channel compares the mapped
+memory without a private copy of the whole output, so its ``read`` hands back a private copy of
+the chunk, checked to still hold what arrived (``sandbox.handover.Handed.read``).
 """
 from __future__ import annotations
 
@@ -19,44 +22,51 @@ class Comparison:
     max_abs_diff: float = 0.0
 
 
-def compare_outputs(ref: Any, out: Any, tolerance_for: Callable[[str], float], where: str = "output") -> Comparison:
-    """Compare ``out`` against ``ref``; the first difference found is reported by path."""
+def _as_read(chunk: torch.Tensor) -> torch.Tensor:
+    return chunk
+
+
+def compare_outputs(ref: Any, out: Any, tolerance_for: Callable[[str], float], where: str = "output",
+                    read: Callable[[torch.Tensor], torch.Tensor] = _as_read) -> Comparison:
+    """Compare ``out`` against ``ref``; the first difference found is reported by path. Every
+    chunk (``chunks``) of an output tensor is used only as ``read(chunk)`` returns it."""
     if isinstance(ref, torch.Tensor):
-        return _compare_tensors(ref, out, tolerance_for, where)
+        return _compare_tensors(ref, out, tolerance_for, where, read)
     if isinstance(ref, (list, tuple)):
         if type(out) is not type(ref) or len(out) != len(ref):
             return Comparison(False, f"{where}: expected {type(ref).__name__} of {len(ref)}, got {_describe(out)}")
-        return _merge([compare_outputs(r, o, tolerance_for, f"{where}[{i}]") for i, (r, o) in enumerate(zip(ref, out))])
+        return _merge([compare_outputs(r, o, tolerance_for, f"{where}[{i}]", read)
+                       for i, (r, o) in enumerate(zip(ref, out))])
     if isinstance(ref, dict):
         if not isinstance(out, dict) or set(out) != set(ref):
             return Comparison(False, f"{where}: expected dict with keys {sorted(map(str, ref))}, got {_describe(out)}")
-        return _merge([compare_outputs(ref[k], out[k], tolerance_for, f"{where}[{k!r}]") for k in ref])
+        return _merge([compare_outputs(ref[k], out[k], tolerance_for, f"{where}[{k!r}]", read) for k in ref])
     if isinstance(ref, float) and isinstance(out, (int, float)) and not isinstance(out, bool):
         return _compare_tensors(torch.tensor(ref, dtype=torch.float64), torch.tensor(float(out), dtype=torch.float64),
-                                tolerance_for, where)
+                                tolerance_for, where, _as_read)
     if type(out) is not type(ref) or out != ref:
         return Comparison(False, f"{where}: expected {ref!r}, got {_describe(out)}")
     return Comparison(True)
 
 
-def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str], float], where: str) -> Comparison:
+def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str], float], where: str,
+                     read: Callable[[torch.Tensor], torch.Tensor]) -> Comparison:
     if type(out) is not torch.Tensor:
         return Comparison(False, f"{where}: expected a tensor, got {_describe(out)}")
     if out.shape != ref.shape:
         return Comparison(False, f"{where}: shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
     if out.dtype != ref.dtype:
         return Comparison(False, f"{where}: dtype {out.dtype} != reference {ref.dtype}")
-    if not (ref.is_floating_point() or ref.is_complex()):
-        equal = torch.equal(out, ref)
-        return Comparison(equal, "" if equal else f"{where}: integer/bool values differ")
-    if torch.equal(out, ref):  # bit-identical (the common case for untouched inputs): nothing to measure
-        return Comparison(True, "", 0.0)
-    if ref.is_complex():  # compare real and imaginary parts as a trailing dimension of 2
-        ref, out = torch.view_as_real(ref), torch.view_as_real(out)
-    tol = tolerance_for(str(ref.dtype).replace("torch.", ""))
+    exact = not (ref.is_floating_point() or ref.is_complex())
+    tol = 0.0 if exact else tolerance_for(str(ref.dtype).replace("torch.", ""))
     bad = ref_bad = out_bad = 0
     max_abs, pattern_ok = 0.0, True
-    for r, o in zip(_chunks(ref), _chunks(out)):
+    for r, o in zip(chunks(ref), chunks(out)):
+        o = read(o)
+        if torch.equal(r, o):  # bit-identical (the common case for exact kernels): nothing to measure
+            continue
+        if exact:
+            return Comparison(False, f"{where}: integer/bool values differ")
         part = _compare_chunk(r, o, tol)
         pattern_ok &= part[0]
         bad, max_abs = bad + part[1], max(max_abs, part[2])
@@ -75,8 +85,9 @@ def _compare_tensors(ref: torch.Tensor, out: Any, tolerance_for: Callable[[str],
 CHUNK_ELEMENTS = 1 << 24
 
 
-def _chunks(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    return t.reshape(-1).split(CHUNK_ELEMENTS)
+def chunks(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The pieces a tensor is compared in (complex: as real and imaginary parts); views, no copy."""
+    return (torch.view_as_real(t) if t.is_complex() else t).reshape(-1).split(CHUNK_ELEMENTS)
 
 
 def _compare_chunk(ref: torch.Tensor, out: torch.Tensor, tol: float) -> tuple[bool, int, float, int, int]:

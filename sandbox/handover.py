@@ -15,10 +15,13 @@ stay in the reference worker's process. The header carries the nonce of the judg
 command to the run worker (the judge hands it to the reference worker with the check), so a
 message solution code writes into the socket is a forgery.
 
-The device channel cannot be sealed: the harness copies the output into fresh memory and
-synchronises the whole device before sending; the judge stops the run worker's process tree
-before the reference worker takes its private copy, and the reference worker checks after its
-comparison that the shared memory still holds what it copied (docs/sandbox.md, "Trial data").
+The device channel cannot be sealed: the harness copies the output into fresh memory,
+synchronises the whole device before sending and drops its own reference to the output; the
+judge stops the run worker's process tree before the reference worker maps the memory. The
+reference worker compares in place (no private copy of the whole output: one trial's inputs and
+two outputs per worker), fingerprinting every chunk on arrival under a secret mix and comparing
+only private copies of chunks that still match it, then re-checks every chunk after the
+comparison (docs/sandbox.md, "Trial data").
 """
 from __future__ import annotations
 
@@ -29,13 +32,14 @@ import mmap
 import os
 import socket
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from .compare import chunks
 from .device_memory import DeviceBuffer, DeviceMemoryError, granularity, unavailable
-from .inputs import WorkerFailure
+from .inputs import WorkerFailure, device_fingerprint, secret_mix
 from .measurement import ErrorKind
 
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
@@ -120,17 +124,20 @@ def send_output(sock: socket.socket, output: Any, header: dict, limit_bytes: int
         raise WorkerFailure(ErrorKind.MISMATCH, f"the output has {total} bytes, more than the {limit_bytes} bytes "
                                                 "a call may return (max_output_mb)")
     if on_device and total and all(t.is_cuda for t in tensors):
+        entries = _device_entries(tensors)
+        extent = entries[-1]["offset"] + output_bytes(tensors[-1:])
         try:
-            buffer = DeviceBuffer.create(_device_extent(tensors), torch.cuda.current_device())
+            buffer = DeviceBuffer.create(extent, torch.cuda.current_device())
         except (DeviceMemoryError, RuntimeError) as exc:  # out of device memory, say: this call goes through the host
             print(f"sandbox: device hand-over unavailable for this call ({exc}); using host memory", flush=True)
         else:
-            return _send_on_device(sock, buffer, tensors, dict(header, layout=desc))
+            return _send_on_device(sock, buffer, tensors, entries, dict(header, layout=desc))
     _send_on_host(sock, tensors, dict(header, layout=desc), total)
     return None
 
 
 def _device_entries(tensors: list) -> list[dict]:
+    """Where each tensor lies in a device hand-over: at its dtype's alignment, in order."""
     entries, offset = [], 0
     for t in tensors:
         offset = -(-offset // DEVICE_ALIGN) * DEVICE_ALIGN
@@ -139,16 +146,11 @@ def _device_entries(tensors: list) -> list[dict]:
     return entries
 
 
-def _device_extent(tensors: list) -> int:
-    last = _device_entries(tensors)[-1]
-    return last["offset"] + output_bytes(tensors[-1:])
-
-
-def _send_on_device(sock: socket.socket, buffer: DeviceBuffer, tensors: list, header: dict) -> DeviceBuffer:
-    """Copy the tensors into ``buffer``, wait for the whole device (the solution's streams too),
-    then send a descriptor of it."""
+def _send_on_device(sock: socket.socket, buffer: DeviceBuffer, tensors: list, entries: list[dict],
+                    header: dict) -> DeviceBuffer:
+    """Copy the tensors into ``buffer`` at ``entries``, wait for the whole device (the solution's
+    streams too), then send a descriptor of it."""
     try:
-        entries = _device_entries(tensors)
         for t, entry in zip(tensors, entries):
             data = _flat_bytes(t)
             buffer.tensor[entry["offset"]:entry["offset"] + data.numel()].copy_(data)
@@ -204,32 +206,74 @@ def _write_tensor(fd: int, t: torch.Tensor, offset: int) -> int:
     return data.numel()
 
 
+# Why a device hand-over is refused after it arrived (the judge reports it as harness tampering).
+CHANGED = "the output's device memory changed after it was handed over"
+
+
 @dataclass
 class Handed:
-    """A received output. Device channel: ``output`` lies in the receiver's private copy of the
-    shared memory (``private``), taken as soon as it arrived; ``shared`` stays mapped until
-    ``close`` so that ``unchanged`` can tell whether anyone wrote into it meanwhile."""
+    """A received output. Host channel: sealed memory, nothing more to watch. Device channel:
+    ``output`` views the run worker's shared allocation (``shared``, mapped until ``close``),
+    with no private copy of it; on arrival each comparison chunk (``compare.chunks``) was
+    fingerprinted under a mix drawn here, which the run worker never sees. ``read`` gives the
+    comparison a private copy of one chunk and refuses it unless it still has its arrival
+    fingerprint; ``unchanged`` re-checks every chunk after the comparison."""
 
     header: dict
     output: Any
     shared: DeviceBuffer | None = None
-    private: torch.Tensor | None = None
+    mix: tuple = ()
+    # Device channel: (chunk view, fingerprint on arrival), and their index by (address, bytes).
+    arrived: list = field(default_factory=list)
+    where: dict = field(default_factory=dict)
+
+    def note_arrival(self, tensors: list) -> None:
+        self.mix = secret_mix()
+        for t in tensors:
+            for chunk in chunks(t):
+                if chunk.numel():
+                    self.where[_place(chunk)] = len(self.arrived)
+                    self.arrived.append((chunk, device_fingerprint(chunk, self.mix)))
+
+    def read(self, chunk: torch.Tensor) -> torch.Tensor:
+        """The comparison's copy of ``chunk`` (``compare_outputs``' read): device channel, a
+        private copy that still has the chunk's arrival fingerprint, else HandoverError."""
+        if self.shared is None or not chunk.numel():
+            return chunk
+        index = self.where.get(_place(chunk))
+        copy = chunk.clone()
+        if index is None or device_fingerprint(copy, self.mix) != self.arrived[index][1]:
+            raise HandoverError(CHANGED)
+        return copy
 
     def unchanged(self) -> bool:
-        return self.shared is None or torch.equal(self.shared.tensor, self.private)
+        return all(device_fingerprint(chunk, self.mix) == fingerprint for chunk, fingerprint in self.arrived)
+
+    def mapped_bytes(self) -> int:
+        return self.shared.size if self.shared is not None else 0
 
     def close(self) -> None:
         shared, self.shared = self.shared, None
+        self.output, self.arrived, self.where = None, [], {}  # no view may outlive the mapping
         if shared is not None:
             shared.close()
 
 
+def _place(chunk: torch.Tensor) -> tuple[int, int]:
+    return chunk.data_ptr(), chunk.numel() * chunk.element_size()
+
+
 def receive_output(sock: socket.socket, nonce: str, device: torch.device) -> tuple[dict, Any]:
-    """The next handed-over output: its header and the output on ``device`` (CPU: a read-only
-    view of the shared memory, no copy). Raises HandoverError for anything not sent as sent."""
+    """The next handed-over output on the host channel: its header and the output on ``device``
+    (CPU: a read-only view of the shared memory, no copy). Raises HandoverError for anything not
+    sent as sent, and for a device hand-over (its views end with the mapping: ``receive_handover``)."""
     handed = receive_handover(sock, nonce, device)
+    on_device = handed.shared is not None
+    header, output = handed.header, handed.output
     handed.close()
-    return handed.header, handed.output
+    if on_device:
+        raise HandoverError("receive_output takes host hand-overs only")
+    return header, output
 
 
 def receive_handover(sock: socket.socket, nonce: str, device: torch.device) -> Handed:
@@ -269,9 +313,9 @@ def _entry(entry: dict, size: int) -> tuple[torch.dtype, list[int], int, int]:
 
 
 def _open_on_device(fd: int, header: dict, device: torch.device) -> Handed:
-    """Map the run worker's allocation, copy it at once into memory of this process, and view
-    the tensors there (each at its dtype's alignment). The announced size must be exactly what
-    the harness allocates for the layout (cuMemMap refuses a size beyond the allocation)."""
+    """Map the run worker's allocation and view the tensors in it (each at its dtype's
+    alignment); fingerprint them at once. The announced size must be exactly what the harness
+    allocates for the layout (cuMemMap refuses a size beyond the allocation)."""
     if device.type != "cuda":
         raise HandoverError("a device hand-over reached a worker without a GPU")
     size, index = int(header["size"]), device.index or 0
@@ -287,14 +331,15 @@ def _open_on_device(fd: int, header: dict, device: torch.device) -> Handed:
     except (DeviceMemoryError, RuntimeError) as exc:
         raise HandoverError(f"the output's device memory could not be mapped ({exc})") from None
     try:
-        private = shared.tensor.clone()
         tensors = []
         for dtype, shape, offset, nbytes in entries:
             if offset % max(dtype.itemsize, 1):
                 raise HandoverError("a tensor is not aligned to its dtype in the shared memory")
-            part = private[offset:offset + nbytes]
+            part = shared.tensor[offset:offset + nbytes]
             tensors.append(part.view(dtype).view(shape) if nbytes else torch.empty(shape, dtype=dtype, device=device))
-        return Handed(header, rebuild(header["layout"], tensors), shared, private)
+        handed = Handed(header, rebuild(header["layout"], tensors), shared)
+        handed.note_arrival(tensors)
+        return handed
     except BaseException:
         shared.close()
         raise

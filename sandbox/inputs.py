@@ -9,6 +9,7 @@ import importlib.util
 import io
 import os
 import random
+import secrets
 import sys
 import traceback
 from pathlib import Path
@@ -154,22 +155,28 @@ def inputs_digest(inputs: list) -> str:
 
 # Odd 63-bit multipliers of the device fingerprint's mix (any fixed odd constants would do).
 _MIX = (0x7F4A7C159E3779B1, 0x2545F4914F6CDD1D, 0x5851F42D4C957F2D)
-# Words mixed at a time (bounds the fingerprint's device memory: 3 x 128 MiB).
-_FINGERPRINT_WORDS = 1 << 24
+# Words mixed at a time (bounds the fingerprint's device memory: about 3 x 32 MiB).
+_FINGERPRINT_WORDS = 1 << 22
 
 
-def device_fingerprint(t: torch.Tensor) -> bytes:
-    """One int64 per 16M words of ``t``: each word mixed with its position (multiply, xor-shift,
+def secret_mix() -> tuple[int, int, int]:
+    """Fresh odd multipliers for ``device_fingerprint``: a fingerprint under a mix the solution
+    never sees cannot be kept by a crafted change (the fixed ``_MIX`` could be)."""
+    return tuple(secrets.randbits(63) | 1 for _ in range(3))
+
+
+def device_fingerprint(t: torch.Tensor, mix: tuple[int, int, int] = _MIX) -> bytes:
+    """One int64 per 4M words of ``t``: each word mixed with its position (multiply, xor-shift,
     wrapping arithmetic) and summed, on the device. Any change of a word or of word order
-    changes it, barring collisions; unlike SHA-256 it is not built to resist a solution that
-    crafts a mutation to keep it (a mutation the reference's regenerated inputs ignore anyway)."""
+    changes it, barring collisions; under the fixed ``_MIX`` it is not built to resist a solution
+    that crafts a mutation to keep it (a mutation the reference's regenerated inputs ignore
+    anyway); under a ``secret_mix`` it is."""
     data = t.detach().contiguous().reshape(-1).view(torch.uint8)
     words = data.view(torch.int32) if data.numel() % 4 == 0 else data
     sums = []
     for start in range(0, words.numel(), _FINGERPRINT_WORDS):
         x = words[start:start + _FINGERPRINT_WORDS].to(torch.int64)
-        x = x * _MIX[0] + torch.arange(start, start + x.numel(), device=x.device, dtype=torch.int64) * _MIX[1]
-        x = x ^ (x >> 29)
-        x = x * _MIX[2]
-        sums.append((x ^ (x >> 32)).sum())
+        x.mul_(mix[0]).add_(torch.arange(start, start + x.numel(), device=x.device, dtype=torch.int64).mul_(mix[1]))
+        x.bitwise_xor_(x >> 29).mul_(mix[2])
+        sums.append(x.bitwise_xor_(x >> 32).sum())
     return torch.stack(sums).cpu().numpy().tobytes() if sums else b""

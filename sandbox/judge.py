@@ -372,7 +372,7 @@ class _Evaluation:
         report = self._stage("verify", lambda: self._serve_checks(run, ref, "outputs", deadline, start))
         if not report:
             return
-        self._note_rss("run", report)
+        self._note_peaks("run", report)
         if not self._no_violations(report) or self.stop_after == "verify":
             run.send("stop")
             return
@@ -382,7 +382,7 @@ class _Evaluation:
         if not timing:
             self.m.correct = False
             return
-        self._note_rss("run", timing)
+        self._note_peaks("run", timing)
         self.m.runtime_stats = TimingStats(**timing["runtime"])
         self.m.runtime_us = self.m.runtime_stats.median_us
         self.m.stage_seconds["spot_checks"] = float(timing.get("spot_check_s", 0.0))
@@ -421,16 +421,18 @@ class _Evaluation:
                 result = self._from_reference(ref, "checked")
             finally:
                 thaw(stopped)
-        self._note_rss("reference", result)
+        self._note_peaks("reference", result)
         if result.get("channel"):
             self.m.handovers[result["channel"]] = self.m.handovers.get(result["channel"], 0) + 1
         if kind == TRIAL:
             self.m.stage_seconds["check"] = self.m.stage_seconds.get("check", 0.0) + time.monotonic() - start
         return self.checks.record(kind, payload, result)
 
-    def _note_rss(self, role: str, payload: dict) -> None:
-        if payload.get("max_rss_mb") is not None:
-            self.m.worker_max_rss_mb[role] = max(self.m.worker_max_rss_mb.get(role, 0.0), float(payload["max_rss_mb"]))
+    def _note_peaks(self, role: str, payload: dict) -> None:
+        """A worker's peak host (RSS) and device memory from its report, the highest kept."""
+        for key, peaks in (("max_rss_mb", self.m.worker_max_rss_mb), ("device_peak_mb", self.m.worker_device_peak_mb)):
+            if payload.get(key) is not None:
+                peaks[role] = max(peaks.get(role, 0.0), float(payload[key]))
 
     def _no_violations(self, report: dict) -> bool:
         found = [str(v) for v in report.get("violations", [])]

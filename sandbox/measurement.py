@@ -100,6 +100,9 @@ class Measurement:
     stage_seconds: dict[str, float] = field(default_factory=dict)
     # Peak resident memory of the run and reference workers, MiB (one trial at a time bounds it).
     worker_max_rss_mb: dict[str, float] = field(default_factory=dict)
+    # Peak device memory of the run worker (its whole run) and of the reference worker (its
+    # checks), MiB: torch's allocations plus the hand-over memory each created or mapped (CUDA).
+    worker_device_peak_mb: dict[str, float] = field(default_factory=dict)
     # Tails of the build and run logs.
     logs: dict[str, str] = field(default_factory=dict)
 

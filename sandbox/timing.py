@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import time
 import types
-from typing import Any, Callable, NamedTuple
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -46,8 +47,11 @@ MAX_WARMUP_RUNS = 1000
 SYNC_CALIBRATION_RUNS = 30
 
 
-class Call(NamedTuple):
-    """One call of a forward: its runtime, what it returned, and the input tensors it was given."""
+@dataclass
+class Call:
+    """One call of a forward: its runtime, what it returned, and the input tensors it was given.
+    Mutable: a hand-over sets ``output`` to None once it copied it, so that no frame of the
+    harness keeps a checked output alive while it is checked (device memory: issue 16)."""
 
     runtime_us: float
     output: Any

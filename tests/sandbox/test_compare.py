@@ -249,3 +249,29 @@ def test_complex_imaginary_difference_fails():
     ref = t([1 + 1j], torch.complex64)
     out = t([1 + 5j], torch.complex64)
     assert not compare_outputs(ref, out, PAPER).ok
+
+
+# --- reading the output through a hook (the device channel's private chunk copies) -------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.int64, torch.complex64])
+def test_every_chunk_of_the_output_is_read_once_and_judged_as_read(monkeypatch, dtype):
+    # The device channel compares the run worker's memory chunk by chunk, each through a private
+    # copy it checked (Handed.read): what the comparison judges must be what read returned.
+    import sandbox.compare as compare
+
+    monkeypatch.setattr(compare, "CHUNK_ELEMENTS", 4)
+    ref = torch.arange(10).to(dtype)
+    garbage = torch.full_like(ref, 7)
+    flat_ref, base = torch.cat(compare.chunks(ref)), compare.chunks(garbage)[0].data_ptr()
+    seen = []
+
+    def read(chunk):  # the right values in place of the garbage the memory holds
+        seen.append((chunk.data_ptr(), chunk.numel()))
+        start = (chunk.data_ptr() - base) // chunk.element_size()
+        return flat_ref[start:start + chunk.numel()].clone()
+
+    assert compare_outputs(ref, garbage, KB, read=read).ok
+    pieces = compare.chunks(garbage)
+    assert len(pieces) == (5 if dtype.is_complex else 3)  # complex: as 20 real parts
+    assert sorted(seen) == sorted((p.data_ptr(), p.numel()) for p in pieces)
+    assert not compare_outputs(ref, garbage, KB).ok  # without the hook: the memory as it is

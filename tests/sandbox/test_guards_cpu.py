@@ -596,10 +596,10 @@ def test_replaced_clock_is_harness_tampering(verdict, clock):
 
 # In-process harness functions replaced by solution code: fake timing samples, honest kernel.
 PATCHED_HARNESS = {
-    "__main__.measure": """
+    "__main__.checked_calls": """
         import __main__
 
-        __main__.measure = lambda *args, **kwargs: [0.001] * 3
+        __main__.checked_calls = lambda *args, **kwargs: None  # the verified trials, unchecked
     """,
     "sandbox.timing.timed_runs": """
         import sandbox.timing

@@ -43,14 +43,22 @@ ROOT = Path(__file__).resolve().parents[2]
 RECEIVER = textwrap.dedent('''
     import json, socket, sys
     import torch
-    from sandbox.handover import receive_handover
+    from sandbox.compare import chunks
+    from sandbox.handover import HandoverError, receive_handover
     sock = socket.socket(fileno=int(sys.argv[1]))
     handed = receive_handover(sock, "n", torch.device("cuda", 0))
     expected = torch.arange(1000, dtype=torch.float32, device="cuda").view(10, 100) * 3
-    sock.send(b"copied")
+    values_ok = bool(torch.equal(handed.output["x"], expected)) and handed.output["k"] == [2, 5]
+    read_ok = bool(torch.equal(handed.read(chunks(handed.output["x"])[0]), expected.reshape(-1)))
+    sock.send(b"compared")
     sock.recv(16)  # the sender has written into the shared memory since
-    print(json.dumps({"channel": handed.header["channel"], "values_ok": bool(torch.equal(handed.output["x"], expected)) and handed.output["k"] == [2, 5],
-                      "unchanged_after_write": handed.unchanged()}), flush=True)
+    try:
+        handed.read(chunks(handed.output["x"])[0])
+        read_after_write = "accepted"
+    except HandoverError as exc:
+        read_after_write = str(exc)
+    print(json.dumps({"channel": handed.header["channel"], "values_ok": values_ok, "read_ok": read_ok,
+                      "unchanged_after_write": handed.unchanged(), "read_after_write": read_after_write}), flush=True)
     handed.close()
 ''')
 
@@ -75,15 +83,16 @@ def test_the_device_channel_works_between_two_processes_and_sees_late_writes():
                          on_device=True)
     assert shared is not None, "send_output fell back to host memory"
     ours.settimeout(120)
-    assert ours.recv(16) == b"copied"
-    shared.tensor[:16].fill_(0xFF)  # a write after the receiver's private copy
+    assert ours.recv(16) == b"compared"
+    shared.tensor[:16].fill_(0xFF)  # a write after the hand-over arrived: its chunk is refused from now on
     torch.cuda.synchronize()
     ours.send(b"written")
     out, err = child.communicate(timeout=120)
     shared.close()
     print(out, err[-3000:])
     report = json.loads(out.strip().splitlines()[-1])
-    assert report == {"channel": "device", "values_ok": True, "unchanged_after_write": False}
+    assert report == {"channel": "device", "values_ok": True, "read_ok": True, "unchanged_after_write": False,
+                      "read_after_write": "the output's device memory changed after it was handed over"}
 
 
 @pytest.mark.parametrize("forgery", ["wrong_nonce", "size_beyond_allocation", "size_not_the_layouts", "misaligned",
@@ -222,3 +231,44 @@ def test_a_gib_output_is_spot_checked_faster_in_device_memory(cfg, tmp_path):
         seconds[on_device] = {k: round(m.stage_seconds.get(k, 0.0), 2) for k in ("verify", "check", "spot_checks",
                                                                                 "timing")} | {"wall": round(wall, 1)}
     print(f"\n1 GiB output, stage seconds: device hand-over {seconds[True]}  host hand-over {seconds[False]}")
+
+
+# relu(a + b) in place over 8192 x 8192 floats: 512 MiB of inputs, a 256 MiB output, no temporaries
+# in the reference's forward (so that its peak is the trial data's).
+IN_PLACE_TASK = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        return (a + b).relu_()
+
+
+def get_inputs():
+    return [torch.randn(8192, 8192), torch.randn(8192, 8192)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_a_checked_call_holds_one_trials_inputs_and_two_outputs_per_worker(cfg, tmp_path):
+    # Issue 16: the reference compares the run worker's copy in place (it used to take a private
+    # copy of it as well: inputs + 3 outputs), and the run worker drops the output once copied.
+    from sandbox.timing import L2_FLUSH_BYTES
+
+    task = tmp_path / "relu_add_in_place.py"
+    task.write_text(IN_PLACE_TASK)
+    small = dataclasses.replace(cfg, num_correct_trials=2, post_timing_trials=1, compile_baseline=False,
+                                timing=dataclasses.replace(cfg.timing, warmup=2, warmup_ms=0.0, repeats=4,
+                                                           spot_check_probability=1.0))
+    m = evaluate(task, CUDA_SOLUTIONS / "relu_add_workspace", small)
+    assert m.correct and m.error is None, (m.error, m.error_detail)
+    assert_through_device(m, 3 + 4)
+    inputs_mb, output_mb = 512, 256
+    flush_mb = L2_FLUSH_BYTES >> 20 if small.timing.flush_l2 else 0  # the run worker's L2 flush buffer: not trial data
+    peaks = m.worker_device_peak_mb
+    print(f"device peaks, MiB: {peaks} (inputs {inputs_mb}, output {output_mb}, L2 flush {flush_mb})")
+    assert peaks["reference"] < inputs_mb + 2.5 * output_mb, peaks
+    assert peaks["run"] - flush_mb < inputs_mb + 2.5 * output_mb, peaks

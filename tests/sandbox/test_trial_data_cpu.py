@@ -279,15 +279,20 @@ def test_the_device_fingerprint_of_inputs_sees_every_change(monkeypatch):
     # of 16M words; small chunks here, so that small tensors span several.
     import sandbox.inputs as inputs
 
+    # The device hand-over's checks use a secret mix, fresh each time: the same properties.
     monkeypatch.setattr(inputs, "_FINGERPRINT_WORDS", 1 << 10)
+    secret = inputs.secret_mix()
+    assert all(m % 2 for m in secret) and secret != inputs.secret_mix()
     for t in (torch.randn(700), torch.randn(5000)):
-        base = inputs.device_fingerprint(t)
-        assert inputs.device_fingerprint(t.clone()) == base
-        bumped = t.clone()
-        bumped[-1] = torch.nextafter(bumped[-1], torch.tensor(float("inf")))
-        swapped = t.clone()
-        swapped[[0, 1]] = t[[1, 0]]
-        assert inputs.device_fingerprint(bumped) != base and inputs.device_fingerprint(swapped) != base
+        assert inputs.device_fingerprint(t, secret) != inputs.device_fingerprint(t)
+        for mix in (inputs._MIX, secret):
+            base = inputs.device_fingerprint(t, mix)
+            assert inputs.device_fingerprint(t.clone(), mix) == base
+            bumped = t.clone()
+            bumped[-1] = torch.nextafter(bumped[-1], torch.tensor(float("inf")))
+            swapped = t.clone()
+            swapped[[0, 1]] = t[[1, 0]]
+            assert inputs.device_fingerprint(bumped, mix) != base and inputs.device_fingerprint(swapped, mix) != base
 
 
 def test_a_trial_that_cannot_fit_is_one_task_error_naming_the_bytes(tmp_path, example_paths, sandbox_cache):

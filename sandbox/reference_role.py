@@ -1,0 +1,143 @@
+"""The reference worker (``python -m sandbox.worker reference JOB.json``): trusted harness code
+only, no solution code ever runs here.
+
+It builds the task's Model (its weights go to the run worker through init.pt), checks that one
+trial fits and that the task's inputs reproduce under a seed, times the eager and torch.compile
+baselines on "go" (or reads them from the cache), then checks each output the run worker hands
+over ("check SEED"): it regenerates that call's inputs from the seed, computes the reference and
+compares, here. It stays until told to stop.
+"""
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+import torch
+
+from .baselines import baseline_cache_path, load_baselines, store_baselines
+from .checks import judge_call
+from .config import SandboxConfig
+from .errors import TASK_ERROR
+from .handover import CHANGED, HOST, HandoverError, receive_handover
+from .inputs import (WorkerFailure, call_task, check_inputs, fresh_seed, inputs_digest, load_module, save_tensors,
+                     seeded_inputs)
+from .measurement import TimingStats
+from .protocol import Command
+from .timing import measure
+from .trial_size import check_trial_fits
+from .worker_common import Channel, device_name, device_peak_mb, max_rss_mb, timing_config, worker_device
+
+
+def role_reference(job: dict, out: Path, channel: Channel) -> None:
+    """Weights for the run worker, the baselines, then a check of each output the run worker
+    hands over, as often as the judge asks (the worker stays until told to stop)."""
+    device = worker_device(job["backend"])
+    torch.set_num_threads(job["timing"]["cpu_threads"])
+    task = load_module(Path(job["task_path"]), "model")
+    model = reference_model(task, job, out, device)
+    check_trial_fits(task, job, device)
+    check_reproducible_inputs(task, device)
+    release_cached_memory(device)
+    cache_path = baseline_cache_path(job, device_name(device))
+    baselines = load_baselines(cache_path)
+    channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
+    if baselines is not None:
+        channel.report("baselines", baselines)
+    handover = socket.socket(fileno=job["handover_fd"])
+    handover.settimeout(HANDOVER_TIMEOUT_S)
+    cfg = SandboxConfig(backend=job["backend"], tolerance=job["tolerance"])
+    while (command := channel.wait_command()).name != "stop":
+        if command.name == "go" and baselines is None:
+            baselines = time_baselines(task, model, job, device)
+            store_baselines(cache_path, baselines)
+            channel.report("baselines", baselines)
+        elif command.name == "check":
+            result = check_call(task, model, handover, command, device, cfg)
+            release_cached_memory(device)
+            channel.report("checked", dict(result, max_rss_mb=max_rss_mb()))
+
+
+# Seconds the reference worker waits for a hand-over the run worker has already reported.
+HANDOVER_TIMEOUT_S = 30.0
+
+
+def check_call(task, model, handover: socket.socket, command: Command, device: torch.device,
+               cfg: SandboxConfig) -> dict:
+    """Take the run worker's handed-over output, regenerate the call's inputs from its seed,
+    compute the reference and compare, here (the run worker never holds a reference output).
+    Device channel: compared in the run worker's memory, which the judge keeps it from touching
+    meanwhile (its process tree is stopped) and which ``Handed`` watches for any other writer."""
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)  # this check's peak, not the baselines'
+    try:
+        handed = receive_handover(handover, command.peer, device)
+    except (HandoverError, OSError, ValueError) as exc:  # OSError: nothing arrived in time
+        return {"forged": str(exc)}
+    try:
+        if int(handed.header.get("seed", -1)) != command.seed:
+            return {"forged": "the hand-over is not the call the judge asked about"}
+        with torch.no_grad():
+            inputs = seeded_inputs(task, command.seed, device)
+            given = inputs_digest(inputs)
+            try:
+                expected = model(*inputs)
+            except Exception as exc:
+                raise WorkerFailure(TASK_ERROR, f"Model.forward raised {type(exc).__name__}: {exc}") from None
+            del inputs
+            result = judge_call(expected, handed.output, cfg, handed.read)
+            del expected
+        if not handed.unchanged():  # device channel: someone wrote into it after it arrived
+            return {"forged": CHANGED}
+        return dict(result, inputs_given=given, channel=handed.header.get("channel", HOST),
+                    device_peak_mb=device_peak_mb(device, mapped_bytes=handed.mapped_bytes()))
+    except HandoverError as exc:  # a chunk the comparison read no longer held what arrived
+        return {"forged": str(exc)}
+    finally:
+        handed.close()
+
+
+def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.nn.Module:
+    """The task's Model under the evaluation's init seed; its weights go to init.pt for the run worker."""
+    if not (isinstance(getattr(task, "Model", None), type) and issubclass(task.Model, torch.nn.Module)):
+        raise WorkerFailure(TASK_ERROR, "Model is not a torch.nn.Module subclass")
+    init_inputs = check_inputs(call_task(task, "get_init_inputs"), "get_init_inputs")
+    torch.manual_seed(job["init_seed"])
+    try:
+        model = task.Model(*init_inputs)
+    except Exception as exc:
+        raise WorkerFailure(TASK_ERROR, f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from None
+    save_tensors(out / "init.pt", {"init_inputs": init_inputs,
+                                   "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
+    return model.to(device)
+
+
+def check_reproducible_inputs(task, device: torch.device) -> None:
+    """Checked calls are recomputed from their seeds: get_inputs() must give the same inputs for
+    the same seed (a task drawing from another generator would fail every honest solution).
+    Compared by digest, so that only one input set exists at a time."""
+    seed = fresh_seed()
+    first = inputs_digest(seeded_inputs(task, seed, device))
+    if inputs_digest(seeded_inputs(task, seed, device)) != first:
+        raise WorkerFailure(TASK_ERROR, "get_inputs() is not reproducible under torch.manual_seed / random.seed")
+
+
+def time_baselines(task, model, job: dict, device: torch.device) -> dict:
+    cfg = timing_config(job)
+    make_inputs = lambda i: seeded_inputs(task, fresh_seed(), device)  # noqa: E731
+    eager = measure(lambda inp: model(*inp), make_inputs, cfg, device)
+    result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None, "compile_error": None}
+    if job["compile_baseline"]:
+        try:
+            compiled = torch.compile(model)
+            result["compile"] = TimingStats.from_samples(
+                measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
+        except Exception as exc:  # inductor unavailable or the task does not compile
+            result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+    release_cached_memory(device)
+    return result
+
+
+def release_cached_memory(device: torch.device) -> None:
+    """This worker waits on the device while the solution runs: it keeps no cached blocks."""
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
