@@ -239,20 +239,20 @@ def plan_chains(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablatio
     """The stage runs as independent chains, each in the order it must run: one chain per seed
     when the stages before PPO are shared by every reward (--reward-stages agentic), else one per
     (reward, seed). A shared stage appears once, in its seed's chain."""
+    shared_prefix = settings.reward_stages == "agentic"
     chains: dict[tuple, list[StageRun]] = {}
     seen: set[Path] = set()
     for reward in rewards:
+        prefix_reward = SHARED_REWARD if shared_prefix else reward
         for seed in seeds:
-            chain = chains.setdefault((seed,) if settings.reward_stages == "agentic" else (reward, seed), [])
+            chain = chains.setdefault((seed,) if shared_prefix else (reward, seed), [])
             for stage in stages_for(ablations):
-                shared = settings.reward_stages == "agentic" and stage.stage != "agentic_rl"
-                stage_reward = SHARED_REWARD if shared else reward
+                stage_reward = prefix_reward if stage.stage != "agentic_rl" else reward
                 stage_dir = out / stage_reward / f"seed{seed}" / stage.name
                 if stage_dir in seen:
                     continue  # a shared stage, already planned for an earlier reward
                 seen.add(stage_dir)
-                source = out / (SHARED_REWARD if settings.reward_stages == "agentic" else reward) / f"seed{seed}"
-                chain.append(StageRun(stage, stage_dir, stage_reward, seed, source))
+                chain.append(StageRun(stage, stage_dir, stage_reward, seed, out / prefix_reward / f"seed{seed}"))
     return list(chains.values())
 
 

@@ -189,9 +189,6 @@ class Episode:
         self.traj.timings.update(self.seconds, episode_s=time.monotonic() - start)
         return self.traj
 
-    def task_prompt(self) -> str:
-        return task_prompt(self.task_source, self.cfg)
-
     def stop(self, reason: str, detail: str = "") -> None:
         if not self.traj.stop_reason:
             self.traj.stop_reason, self.traj.stop_detail = reason, detail
