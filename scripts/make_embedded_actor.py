@@ -81,6 +81,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--device", default="cpu", help="where training runs")
     p.add_argument("--eval-rounds", type=int, default=2, help="greedy episodes per kept task")
     p.add_argument("--eval-max-turns", type=int, default=16)
+    # The demonstrations are a few thousand tokens; positions far past them promise a context the
+    # actor never saw, and train.py sizes every episode's context (and so its cost) by them.
+    p.add_argument("--max-positions", type=int, default=8192,
+                   help="the actor's max_position_embeddings: train.py caps agent.max_context_tokens at it")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--cache-dir", default="", help="sandbox cache (default: $CUDA_AGENT_CACHE or ~/.cache)")
     p.add_argument("--no-progress", action="store_true")
@@ -140,19 +144,19 @@ def record(args: argparse.Namespace, backends: list[str], cfg: AgentConfig, work
     return tokenizer, kept, summary
 
 
-def train(args: argparse.Namespace, tokenizer: Any, kept: list, cfg: AgentConfig) -> tuple[Any, dict]:
+def train(args: argparse.Namespace, tokenizer: Any, kept: list) -> tuple[Any, dict]:
     import torch
     from transformers import LlamaForCausalLM
 
     torch.manual_seed(args.seed)
-    model = LlamaForCausalLM(small_model_config(tokenizer, "actor", cfg.max_context_tokens))
+    model = LlamaForCausalLM(small_model_config(tokenizer, "actor", args.max_positions))
     examples = [(t.ledger.token_ids, t.ledger.loss_mask) for _, _, t in kept]
     start = time.monotonic()
     losses = behaviour_clone(model, examples, tokenizer.pad_token_id, args.steps, args.lr, args.device,
                              args.target_loss, args.batch_size, progress=not args.no_progress)
     every = max(1, len(losses) // 20)
     return model.cpu(), {"steps": len(losses), "max_steps": args.steps, "lr": args.lr, "batch_size": args.batch_size,
-                         "target_loss": args.target_loss, "first_loss": losses[0], "final_loss": losses[-1],
+                         "target_loss": args.target_loss, "max_positions": args.max_positions, "first_loss": losses[0], "final_loss": losses[-1],
                          "seconds": round(time.monotonic() - start, 1), "device": args.device,
                          "loss_curve": [[i, round(losses[i], 5)] for i in range(0, len(losses), every)],
                          "demonstrations": len(examples), "tokens": [len(e[0]) for e in examples],
@@ -205,7 +209,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     tokenizer, kept, demos = record(args, backends, cfg, work_dir)
     if not kept:
         raise SystemExit(f"no demonstration ended correct: {demos}")
-    model, training = train(args, tokenizer, kept, cfg)
+    model, training = train(args, tokenizer, kept)
     build = {"command": "python scripts/make_embedded_actor.py " + " ".join(argv if argv is not None else sys.argv[1:]),
              "commit": git_commit(), "backends": backends, "seed": args.seed, "vocab_size": len(tokenizer),
              "corpus_tasks": shown(args.corpus_tasks),
