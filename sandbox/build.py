@@ -4,7 +4,9 @@ The expensive part of a torch extension is compiling files that include ``torch/
 (the fixed ``binding.cpp`` and the ``*_binding.cpp`` wrappers). Kernel files (``*.cu`` with
 ``extern "C"`` launchers) include no torch headers and compile in seconds. Objects are cached
 by a hash of (source, every workspace header, compiler identity, flags), so a kernel-only edit
-recompiles one file and relinks. Runs inside a build worker process, never in the judge.
+recompiles one file and relinks. Files that start by including torch's extension header compile
+against a precompiled copy of it (sandbox/pch.py), about half their time. Runs inside a build
+worker process, never in the judge.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CompileError
+from .pch import TorchHeader, takes_torch_header
 from .solution import HEADER_SUFFIXES, TEMPLATE_DIR
 
 MODULE_NAME = "cuda_extension"
@@ -108,9 +111,13 @@ class BuildReport:
     compiled: list[str]       # files compiled in this build
     reused: list[str]         # files whose objects came from the cache
     seconds: float
+    precompiled: list[str] = field(default_factory=list)  # compiled files that used the precompiled torch header
+    torch_header: str = ""    # why no file could use it ("" when one did or none needed it)
 
 
-def _compile_command(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str]) -> list[str]:
+def _compile_command(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str],
+                     extra: tuple[str, ...] = ()) -> list[str]:
+    """The command compiling ``src`` (a ``.h`` into a precompiled header) to ``obj``."""
     import torch.utils.cpp_extension as ce
 
     incs = [f"-I{d}" for d in include_dirs] + [x for d in tc.include_dirs for x in ("-isystem", d)]
@@ -120,8 +127,15 @@ def _compile_command(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str
                 f"-gencode=arch=compute_{gencode},code=sm_{gencode}", *ce.COMMON_NVCC_FLAGS,
                 *tc.nvcc_flags, *incs]
     defines = [f"-DTORCH_EXTENSION_NAME={MODULE_NAME}", "-DTORCH_API_INCLUDE_EXTENSION_H"]
-    return [tc.cxx, "-c", str(src), "-o", str(obj), std_flag(), "-fPIC", *defines,
+    language = ["-x", "c++-header"] if src.suffix == ".h" else []
+    return [tc.cxx, *extra, *language, "-c", str(src), "-o", str(obj), std_flag(), "-fPIC", *defines,
             *tc.cxx_flags, *incs]
+
+
+def torch_header(tc: Toolchain, cache_root: Path) -> TorchHeader:
+    """The precompiled torch/extension.h of this toolchain (built with the flags every file gets)."""
+    return TorchHeader(lambda header, out: _compile_command(tc, header, out, []), tc.identity,
+                       tc.include_dirs, cache_root)
 
 
 def _object_key(tc: Toolchain, src: Path, headers: bytes) -> str:
@@ -151,16 +165,32 @@ def workspace_sources(workspace: Path, backend: str) -> list[Path]:
 
 
 def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: Path,
-                    jobs: int = 4, timeout_s: float = 600.0) -> BuildReport:
-    """Compile (or reuse) every object and link ``out_dir/cuda_extension.so``."""
+                    jobs: int = 4, timeout_s: float = 600.0, precompile: bool = True) -> BuildReport:
+    """Compile (or reuse) every object and link ``out_dir/cuda_extension.so``. ``precompile``:
+    compile torch-header files against the toolchain's precompiled header, building it (beside
+    this build's compiles, which go without) when it is missing."""
     start = time.perf_counter()
     include_dirs = [str(workspace / "kernels"), str(TEMPLATE_DIR)]
     plan = _object_plan(workspace, tc, cache_root)
     plan[0][1].parent.mkdir(parents=True, exist_ok=True)
     todo = [(s, o) for s, o in plan if not o.exists()]
+    header = torch_header(tc, cache_root) if precompile else None
+    takers = {s for s, _ in todo if header is not None and takes_torch_header(s)}
+    use = header is not None and header.ready()
+    precompiled = sorted(s.name for s in takers) if use else []
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for fut in [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s) for s, o in todo]:
+        compiles = [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s,
+                                tuple(header.flags()) if use and s in takers else ()) for s, o in todo]
+        making = (pool.submit(header.build, lambda cmd, what: _run(cmd, what, timeout_s))
+                  if takers and not use and header.wanted() else None)
+        for fut in compiles:
             fut.result()
+        if use or not takers:
+            note = ""
+        elif making:
+            note = making.result() or "built beside this build, for the next ones"
+        else:
+            note = "its earlier build failed"
     linked = _module_cache_path(tc, [o for _, o in plan], cache_root)
     if linked.exists():
         module = _install_module(linked, out_dir)
@@ -168,7 +198,7 @@ def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: P
         module = _link(tc, [o for _, o in plan], out_dir, timeout_s)
         _store_atomically(module, linked)
     reused = [s.name for s, o in plan if (s, o) not in todo]
-    return BuildReport(module, [s.name for s, _ in todo], reused, time.perf_counter() - start)
+    return BuildReport(module, [s.name for s, _ in todo], reused, time.perf_counter() - start, precompiled, note)
 
 
 def cached_module(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: Path) -> Path | None:
@@ -211,12 +241,13 @@ def _store_atomically(module: Path, linked: Path) -> None:
     os.replace(tmp, linked)
 
 
-def _compile_one(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str], timeout_s: float) -> None:
+def _compile_one(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str], timeout_s: float,
+                 extra: tuple[str, ...] = ()) -> None:
     # Write to a private name, then rename: concurrent builds never see half an object.
     fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
     os.close(fd)
     try:
-        _run(_compile_command(tc, src, Path(tmp), include_dirs), f"compiling {src.name}", timeout_s)
+        _run(_compile_command(tc, src, Path(tmp), include_dirs, extra), f"compiling {src.name}", timeout_s)
         os.replace(tmp, obj)
     finally:
         if os.path.exists(tmp):

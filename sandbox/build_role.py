@@ -27,10 +27,11 @@ def role_build(job: dict, out: Path, channel: Channel) -> None:
         try:
             tc = make_toolchain(job["backend"], arch, tuple(job["cxx_flags"]), tuple(job["nvcc_flags"]))
             built = build_workspace(solution_dir, solution_dir / "build", tc, Path(job["cache_root"]),
-                                    job["build_jobs"], job["compile_timeout_s"])
+                                    job["build_jobs"], job["compile_timeout_s"], job["precompiled_header"])
         except CompileError as exc:
             raise WorkerFailure(ErrorKind.COMPILE_ERROR, summarize_compiler_output(str(exc))) from None
-        report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds)
+        report.update(compiled=built.compiled, reused=built.reused, workspace_build_s=built.seconds,
+                      precompiled=built.precompiled, torch_header=built.torch_header)
     # Only compilers ran so far (the object cache needed writing); solution code starts here.
     confine_if_asked(job)
     builds = Builds()

@@ -91,6 +91,11 @@ def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, st
         # eager relu_add p25/p75 3.9/19.1 ms without, 2.9/3.2 ms with).
         env["MALLOC_MMAP_THRESHOLD_"] = str(32 * 1024 * 1024)
         env["MALLOC_TRIM_THRESHOLD_"] = str(16 * 1024 ** 3)
+    if role == "reference":
+        # torch.compile's baselines share inductor's cache (generated kernels, FX graphs) across
+        # evaluations instead of starting cold in the worker's own TMPDIR. Its precompiled
+        # headers stay under TMPDIR whatever this says (torch/_inductor/codecache.py).
+        env["TORCHINDUCTOR_CACHE_DIR"] = str(cfg.cache_root / "inductor")
     if role in SOLUTION_ROLES:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
         # One load_inline directory per solution source: identical solutions reuse one build,
@@ -177,6 +182,7 @@ class _Evaluation:
             "compile_baseline": cfg.compile_baseline, "cuda_arch": cfg.cuda_arch,
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
+            "precompiled_header": cfg.precompiled_header,
             "init_path": str(ref_dir / "init.pt"), "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
             "device_handover": cfg.device_handover,
         }
