@@ -92,9 +92,9 @@ def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, st
         env["MALLOC_MMAP_THRESHOLD_"] = str(32 * 1024 * 1024)
         env["MALLOC_TRIM_THRESHOLD_"] = str(16 * 1024 ** 3)
     if role == "reference":
-        # torch.compile's baselines share inductor's cache (generated kernels, FX graphs) across
-        # evaluations instead of starting cold in the worker's own TMPDIR. Its precompiled
-        # headers stay under TMPDIR whatever this says (torch/_inductor/codecache.py).
+        # torch.compile's baselines share inductor's cache (generated kernels, FX graphs and,
+        # through reference_role.share_inductor_headers, its precompiled headers) across
+        # evaluations instead of starting cold in the worker's own TMPDIR.
         env["TORCHINDUCTOR_CACHE_DIR"] = str(cfg.cache_root / "inductor")
     if role in SOLUTION_ROLES:
         env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -188,6 +188,8 @@ def test_jsonl_replay_with_compile_baseline_and_a_broken_task(cli_env, sandbox_c
     assert set(rows) == {(1, 1), (1, 2), (1, 3)}
     relu, broken_row, unsolved = rows[1, 1], rows[1, 2], rows[1, 3]
     assert relu["correct"] and relu["compile_us"] > 0, relu["error_detail"]
+    # torch.compile's own precompiled headers went to the cache every reference worker shares.
+    assert any((sandbox_cache / "inductor" / "precompiled_headers").glob("*.h*"))
     assert broken_row["error"] == "task_error" and "inputs unavailable" in broken_row["task_error"]
     assert unsolved["error"] == "missing_solution"
     assert Path(relu["solution"]) == out_dir / "replay_solutions" / "level1" / "1.py"
