@@ -18,14 +18,14 @@ import re
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import CompileError
-from .pch import TorchHeader, takes_torch_header
+from .files import replaced_atomically
+from .pch import HeaderUse, TorchHeader
 from .solution import HEADER_SUFFIXES, TEMPLATE_DIR
 
 MODULE_NAME = "cuda_extension"
@@ -174,23 +174,13 @@ def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: P
     plan = _object_plan(workspace, tc, cache_root)
     plan[0][1].parent.mkdir(parents=True, exist_ok=True)
     todo = [(s, o) for s, o in plan if not o.exists()]
-    header = torch_header(tc, cache_root) if precompile else None
-    takers = {s for s, _ in todo if header is not None and takes_torch_header(s)}
-    use = header is not None and header.ready()
-    precompiled = sorted(s.name for s in takers) if use else []
+    header = HeaderUse(torch_header(tc, cache_root) if precompile else None, [s for s, _ in todo])
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        compiles = [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s,
-                                tuple(header.flags()) if use and s in takers else ()) for s, o in todo]
-        making = (pool.submit(header.build, lambda cmd, what: _run(cmd, what, timeout_s))
-                  if takers and not use and header.wanted() else None)
+        compiles = [pool.submit(_compile_one, tc, s, o, include_dirs, timeout_s, header.flags(s)) for s, o in todo]
+        header.start(pool, lambda cmd, what: _run(cmd, what, timeout_s))
         for fut in compiles:
             fut.result()
-        if use or not takers:
-            note = ""
-        elif making:
-            note = making.result() or "built beside this build, for the next ones"
-        else:
-            note = "its earlier build failed"
+        note = header.note()
     linked = _module_cache_path(tc, [o for _, o in plan], cache_root)
     if linked.exists():
         module = _install_module(linked, out_dir)
@@ -198,7 +188,8 @@ def build_workspace(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: P
         module = _link(tc, [o for _, o in plan], out_dir, timeout_s)
         _store_atomically(module, linked)
     reused = [s.name for s, o in plan if (s, o) not in todo]
-    return BuildReport(module, [s.name for s, _ in todo], reused, time.perf_counter() - start, precompiled, note)
+    return BuildReport(module, [s.name for s, _ in todo], reused, time.perf_counter() - start,
+                       header.precompiled(), note)
 
 
 def cached_module(workspace: Path, out_dir: Path, tc: Toolchain, cache_root: Path) -> Path | None:
@@ -234,24 +225,15 @@ def _install_module(linked: Path, out_dir: Path) -> Path:
 
 
 def _store_atomically(module: Path, linked: Path) -> None:
-    linked.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=linked.parent)
-    os.close(fd)
-    shutil.copyfile(module, tmp)
-    os.replace(tmp, linked)
+    with replaced_atomically(linked, ".so") as tmp:
+        shutil.copyfile(module, tmp)
 
 
 def _compile_one(tc: Toolchain, src: Path, obj: Path, include_dirs: list[str], timeout_s: float,
                  extra: tuple[str, ...] = ()) -> None:
     # Write to a private name, then rename: concurrent builds never see half an object.
-    fd, tmp = tempfile.mkstemp(suffix=".o", dir=obj.parent)
-    os.close(fd)
-    try:
-        _run(_compile_command(tc, src, Path(tmp), include_dirs, extra), f"compiling {src.name}", timeout_s)
-        os.replace(tmp, obj)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with replaced_atomically(obj, ".o") as tmp:
+        _run(_compile_command(tc, src, tmp, include_dirs, extra), f"compiling {src.name}", timeout_s)
 
 
 def _link(tc: Toolchain, objects: list[Path], out_dir: Path, timeout_s: float) -> Path:

@@ -18,12 +18,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import re
-import tempfile
+from concurrent.futures import Executor, Future
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Iterable, Optional
 
+from .files import replaced_atomically
 from .solution import TEMPLATE_DIR
 
 HEADER_NAME = "torch_extension.h"
@@ -88,17 +88,43 @@ class TorchHeader:
             if self.ready():
                 return None
             self.header.write_text("#include <torch/extension.h>\n")
-            fd, tmp = tempfile.mkstemp(suffix=".gch", dir=self.dir)
-            os.close(fd)
             try:
-                run(self._compile_command(self.header, Path(tmp)), "precompiling torch/extension.h")
-                os.replace(tmp, self.compiled)
+                with replaced_atomically(self.compiled, ".gch") as tmp:
+                    run(self._compile_command(self.header, tmp), "precompiling torch/extension.h")
             except CompileError as exc:  # this toolchain cannot: do not pay for it again
                 self.failed.write_text(str(exc))
                 return f"precompiling torch/extension.h failed (see {self.failed})"
             except OSError as exc:  # a full disk, say: the next build may try again
                 return f"precompiling torch/extension.h: {exc}"
-            finally:
-                if os.path.exists(tmp):
-                    os.unlink(tmp)
         return None
+
+
+class HeaderUse:
+    """What one build does with its toolchain's precompiled header (``header``; None: not at
+    all): which of its ``sources`` compile against it now, whether the build starts making it
+    beside its own compiles, and the report's note on why none used it."""
+
+    def __init__(self, header: Optional[TorchHeader], sources: Iterable[Path]):
+        self._header = header
+        self._takers = {s for s in sources if header is not None and takes_torch_header(s)}
+        self._ready = header is not None and header.ready()
+        self._making: Optional[Future] = None
+
+    def flags(self, src: Path) -> tuple[str, ...]:
+        return tuple(self._header.flags()) if self._ready and src in self._takers else ()
+
+    def precompiled(self) -> list[str]:
+        return sorted(s.name for s in self._takers) if self._ready else []
+
+    def start(self, pool: Executor, run: Callable[[list[str], str], None]) -> None:
+        """Build the header on ``pool`` when this build has takers for it and it is missing."""
+        if self._takers and not self._ready and self._header.wanted():
+            self._making = pool.submit(self._header.build, run)
+
+    def note(self) -> str:
+        """Why no file used the header ("" when one did or none could); waits for a started build."""
+        if self._ready or not self._takers:
+            return ""
+        if self._making is None:
+            return "its earlier build failed"
+        return self._making.result() or "built beside this build, for the next ones"

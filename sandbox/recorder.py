@@ -18,12 +18,13 @@ import ctypes
 import hashlib
 import os
 import subprocess
-import tempfile
 import threading
 from collections import Counter
 from pathlib import Path
 
 import torch
+
+from .files import replaced_atomically
 
 SOURCE = Path(__file__).resolve().parent / "native" / "op_recorder.cpp"
 # Operator namespaces that are bookkeeping, not computation (record_function ranges).
@@ -67,20 +68,14 @@ def library_path(cache_root: Path) -> Path:
     with _build_lock:
         if path.exists():
             return path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=path.parent)
-        os.close(fd)
         try:
-            done = subprocess.run(_compile_command(Path(tmp)), capture_output=True, text=True,
-                                  errors="replace", timeout=COMPILE_TIMEOUT_S)
-            if done.returncode != 0:
-                raise RecorderError(f"compiling the op recorder failed:\n{done.stderr[-3000:]}")
-            os.replace(tmp, path)
+            with replaced_atomically(path, ".so") as tmp:
+                done = subprocess.run(_compile_command(tmp), capture_output=True, text=True,
+                                      errors="replace", timeout=COMPILE_TIMEOUT_S)
+                if done.returncode != 0:
+                    raise RecorderError(f"compiling the op recorder failed:\n{done.stderr[-3000:]}")
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise RecorderError(f"compiling the op recorder failed: {exc}") from None
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
     return path
 
 

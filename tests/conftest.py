@@ -91,6 +91,12 @@ def sandbox_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if reuse:
         Path(reuse).mkdir(parents=True, exist_ok=True)
         return Path(reuse)
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Under pytest-xdist every worker has its own basetemp below one shared root: the cache
+        # goes there, so the workers share builds (the cache's own locks keep them apart).
+        shared = tmp_path_factory.getbasetemp().parent / "sandbox-cache"
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("sandbox-cache")
 
 
