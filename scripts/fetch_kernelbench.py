@@ -26,8 +26,13 @@ raw fork files becomes the recorded one); then it verifies the tree against ``MA
 (sha256 and size of every file, no file unlisted, 100/100/50 problems numbered 1..N, each defining
 ``Model``, ``get_inputs`` and ``get_init_inputs``, baselines that name existing problems) and
 exits 0 when all holds, 1 listing what does not, 2 when the folder or manifest is missing.
+``--record`` first writes the manifest from the transcribing session's provenance notes
+(``<root>/sources/*.json``: problem -> repo, path, commit, id; ``<root>/timing/SOURCES.json`` for the
+baselines) and the files as they are. The repository keeps a copy of the manifest (names, sources and
+hashes; no KernelBench text) in ``benchmarks/kernelbench_manifest.json``, so that a tree transcribed
+again by a later session is checked character for character with ``--manifest`` pointing there.
 
-    python scripts/fetch_kernelbench.py --root .kb [--fix]
+    python scripts/fetch_kernelbench.py --root .kb [--fix] [--record] [--manifest PATH]
 """
 from __future__ import annotations
 
@@ -159,12 +164,40 @@ def verify(root: Path, manifest: dict, counts: dict[int, int] = EXPECTED_COUNTS)
     return errors
 
 
+def provenance_notes(root: Path) -> tuple[dict, dict]:
+    """The transcriber's notes: problem -> source, and baselines file (relative to root) -> source."""
+    problems = {}
+    for notes in sorted((root / "sources").glob("*.json")):
+        problems.update(json.loads(notes.read_text()))
+    timing = root / "timing" / "SOURCES.json"
+    baselines = {}
+    for path, source in (json.loads(timing.read_text()) if timing.is_file() else {}).items():
+        baselines[Path(path).resolve().relative_to(root.resolve()).as_posix()] = source
+    return problems, baselines
+
+
+def record_manifest(root: Path) -> dict:
+    """The manifest of the tree as it is now: each file's size and sha256 beside its recorded source."""
+    problems, baselines = provenance_notes(root)
+    def entries(sources: dict, names) -> dict:
+        return {rel: {"chars": len(text := (root / rel).read_text()), "sha256": sha256(text), **sources.get(rel, {})}
+                for rel in sorted(names)}
+    return {"files": entries(problems, problem_files(root)), "baselines": entries(baselines, baselines)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(".kb"), help="the KernelBench tree (default .kb)")
     parser.add_argument("--fix", action="store_true", help="re-apply the normalisation in place first")
+    parser.add_argument("--record", action="store_true",
+                        help="write the manifest from <root>/sources/*.json and the files as they are (after --fix)")
+    parser.add_argument("--manifest", type=Path, help="the manifest to check against (default <root>/MANIFEST.json)")
     args = parser.parse_args(argv)
-    manifest_path = args.root / "MANIFEST.json"
+    manifest_path = args.manifest or args.root / "MANIFEST.json"
+    if args.record:
+        if args.fix:
+            normalise_tree(args.root)
+        manifest_path.write_text(json.dumps(record_manifest(args.root), indent=1) + "\n")
     if not manifest_path.is_file():
         print(f"error: {manifest_path} not found (the tree is made by an agent session; see this script's docstring)",
               file=sys.stderr)

@@ -87,3 +87,17 @@ def test_missing_manifest_exits_2(fetch, tmp_path):
 @pytest.mark.skipif(not (KB / "MANIFEST.json").is_file(), reason=".kb/ (the transcribed KernelBench tree) is absent")
 def test_the_local_tree_is_the_recorded_one(fetch):
     assert fetch.main(["--root", str(KB)]) == 0
+
+
+def test_record_writes_the_manifest_that_the_tree_then_verifies_against(fetch, tiny):
+    root, _ = tiny
+    (root / "sources").mkdir()
+    source = {"repo": "org/KernelBench", "path": "KernelBench/level1/1_A.py", "commit": "c" * 40, "id": "7"}
+    (root / "sources" / "part.json").write_text(json.dumps({"level1/1_A.py": source}))
+    fetch.main(["--root", str(root), "--record"])  # exits 1 here: the tiny tree is no 100/100/50 one
+    manifest = json.loads((root / "MANIFEST.json").read_text())
+    assert manifest["files"]["level1/1_A.py"] == {**entry(fetch, PROBLEM), **source}
+    assert set(manifest["files"]) == {"level1/1_A.py", "level1/2_B.py"}
+    assert fetch.verify(root, manifest, {1: 2}) == []
+    (root / "level1" / "2_B.py").write_text(PROBLEM.replace("return x", "return x * 3"))
+    assert [e.split(":")[0] for e in fetch.verify(root, manifest, {1: 2})] == ["level1/2_B.py"]
