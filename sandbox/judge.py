@@ -10,8 +10,9 @@ solution's verified trials, and again after its timed runs (spot checks) and pos
 judge sends it the seeds of the calls to check and gets their inputs and reference outputs. The
 judge compares outputs itself, in this process, which no solution code ever runs in. Each stage
 has its own timeout; a worker that dies, hangs or exits early fails the evaluation with a typed
-error. In a pool, each command the judge gives a worker holds the device shared with other
-evaluations, each timed section exclusively (``sandbox.lanes``).
+error. In a pool, each command the judge gives a worker (and torch.compile's compile work for a
+baseline) holds the device shared with other evaluations, each timed section exclusively
+(``sandbox.lanes``).
 """
 from __future__ import annotations
 
@@ -272,7 +273,9 @@ class _Evaluation:
     def _release(self, worker: WorkerProcess, device: str):
         """Pooled: the start of a held worker onto ``device`` and its lane's cores (alone: None,
         the worker started at once)."""
-        return functools.partial(worker.start, device, self.lanes.cpus.for_lane(device)) if self.lanes.pooled else None
+        if not self.lanes.pooled:
+            return None
+        return functools.partial(worker.start, device, self.lanes.cpus.for_lane(device))
 
     def _device_phase(self, device: str, ref: WorkerProcess, run: WorkerProcess | None, built: bool) -> None:
         """Reference, baselines, verification and timing: each command to a worker holds the

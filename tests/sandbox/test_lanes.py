@@ -1,5 +1,6 @@
-"""Lane slots (sandbox/lanes.py): several evaluations share a device lane, their commands
-overlap, and every timed section has the device to itself; cancelled waits end cleanly.
+"""Lane slots (sandbox/lanes.py): several evaluations share a device lane, their commands and
+baseline compiles overlap, and every timed section has the device to itself; cancelled waits
+end cleanly.
 
 The first tests drive DeviceLanes directly (threads, no processes); the pool tests judge real
 solutions in real worker processes on the CPU backend's lane and read what the solutions
@@ -347,7 +348,8 @@ def stamped_pair(tmp_path, wait_s: float) -> list:
     paths = []
     for me, other in (("a", "b"), ("b", "a")):
         path = tmp_path / f"{me}.py"
-        path.write_text(STAMPED_TASK.format(marks=str(marks), me=me, other=other, wait_s=wait_s, fresh=uuid.uuid4().hex))
+        path.write_text(STAMPED_TASK.format(marks=str(marks), me=me, other=other, wait_s=wait_s,
+                                            fresh=uuid.uuid4().hex))
         paths.append(path)
     return paths
 
