@@ -98,25 +98,21 @@ class Turns:
     def alone(self, task_id: str):
         with self._cond:
             self._alone_wanted += 1
-            try:
-                self._wait(lambda: not self._running)
-            except Cancelled:
-                self._alone_wanted -= 1
-                raise
-            self._running.add(task_id)
         try:
+            with self._cond:
+                self._wait(lambda: not self._running)
+                self._running.add(task_id)
             yield
         finally:
-            with self._cond:
-                self._alone_wanted -= 1
-            self._leave(task_id)
+            self._leave(task_id, alone=True)
 
     def had_company(self, task_id: str) -> bool:
         with self._cond:
             return task_id in self._accompanied
 
-    def _leave(self, task_id: str) -> None:
+    def _leave(self, task_id: str, alone: bool = False) -> None:
         with self._cond:
+            self._alone_wanted -= alone
             self._running.discard(task_id)
             self._cond.notify_all()
 
