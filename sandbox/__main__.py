@@ -13,12 +13,13 @@ Synopsis:
                                [--tolerance kernelbench|paper] [--json]
     python -m sandbox evaluate-batch --manifest IN.jsonl --out OUT.jsonl [--workers N]
                                [--backend cpu|cuda] [--pool local|ray]
-    python -m sandbox baselines --benchmark-root DIR --out OUT.jsonl [--backend cpu|cuda]
-                               [--no-compile-baseline]
+    python -m sandbox baselines --benchmark-root DIR --out OUT.jsonl [--workers N]
+                               [--backend cpu|cuda] [--no-compile-baseline]
     python -m sandbox demo
 
 baselines times eager and torch.compile for every task file under DIR (one line per task in
-OUT, into the shared baseline cache; ids already in OUT are skipped, so it resumes).
+OUT, into the shared baseline cache; ids already in OUT are skipped, so it resumes). With
+--workers N, N tasks at once: their torch.compile work overlaps, their timed runs never do.
 
 With --json, stdout carries exactly one JSON object, whatever the solution prints. Exit status
 is 0 whenever an evaluation result was produced (reward -1 included) and 2 for unusable
@@ -69,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
     base = sub.add_parser("baselines", help="time eager and torch.compile for every task of a benchmark")
     base.add_argument("--benchmark-root", required=True, help="directory of task files (searched recursively)")
     base.add_argument("--out", required=True, help="JSONL of baseline times (appended; ids already there are skipped)")
+    base.add_argument("--workers", type=int, default=1,
+                      help="tasks at once: their compiles overlap, each timed run has the device to itself (default 1)")
     add_judging_options(base)
     demo = sub.add_parser("demo", help="judge the bundled example kernel (relu_add, workspace form)")
     demo.add_argument("--backend", choices=["cpu", "cuda"], default=None,

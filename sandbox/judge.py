@@ -10,8 +10,9 @@ solution's verified trials, and again after its timed runs (spot checks) and pos
 judge sends it the seeds of the calls to check and gets their inputs and reference outputs. The
 judge compares outputs itself, in this process, which no solution code ever runs in. Each stage
 has its own timeout; a worker that dies, hangs or exits early fails the evaluation with a typed
-error. In a pool, each command the judge gives a worker holds the device shared with other
-evaluations, each timed section exclusively (``sandbox.lanes``).
+error. In a pool, each command the judge gives a worker (and torch.compile's compile work for a
+baseline) holds the device shared with other evaluations, each timed section exclusively
+(``sandbox.lanes``).
 """
 from __future__ import annotations
 
@@ -130,9 +131,12 @@ def evaluate(task_path: str | Path, solution_path: str | Path, cfg: SandboxConfi
     return m
 
 
-def evaluate_baselines(task_path: str | Path, cfg: SandboxConfig) -> Measurement:
+def evaluate_baselines(task_path: str | Path, cfg: SandboxConfig, lanes=None,
+                       cancel: threading.Event | None = None) -> Measurement:
     """Time (or read from the cache) only the task's eager and torch.compile baselines: the
-    reference worker alone, no solution. Raises TaskError for an unusable task."""
+    reference worker alone, no solution. Raises TaskError for an unusable task. ``lanes``
+    (sandbox.lanes.DeviceLanes) places it among other evaluations sharing the devices: several
+    compile at once, each times alone; ``cancel`` ends it (process.Cancelled)."""
     task_source = load_task_source(task_path)
     check_backend(cfg)
     m = Measurement(backend=cfg.backend, tolerance=cfg.tolerance)
@@ -140,12 +144,8 @@ def evaluate_baselines(task_path: str | Path, cfg: SandboxConfig) -> Measurement
     try:
         (eval_dir / "solution").mkdir()
         (eval_dir / "solution" / "model.py").write_text(task_source, encoding="utf-8")
-        evaluation = _Evaluation(cfg, m, eval_dir, "baselines", SoloLanes(cfg))
-        try:
-            evaluation.baselines_only()
-        finally:
-            evaluation._close_workers()
-            evaluation.handover.close()
+        evaluation = _Evaluation(cfg, m, eval_dir, "baselines", lanes or SoloLanes(cfg), cancel)
+        evaluation.run(evaluation._baselines_stage)
     finally:
         shutil.rmtree(eval_dir, ignore_errors=True)
     return m
@@ -208,9 +208,10 @@ class _Evaluation:
         self.workers.append(worker)
         return worker
 
-    def run(self) -> None:
+    def run(self, stages=None) -> None:
+        """``stages`` (default: a solution's, ``_stages``), then every worker killed."""
         try:
-            self._stages()
+            (stages or self._stages)()
         finally:
             self._close_workers()
             self.handover.close()  # pooled and not built: no worker ever took its end
@@ -244,42 +245,75 @@ class _Evaluation:
             return
         run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
+        self._on_device(lambda device: self._device_phase(device, ref, run, built))
+
+    def _baselines_stage(self) -> None:
+        """The baselines flow (evaluate_baselines): the reference worker alone, no solution; on
+        its lane slot, the reference run, then the baselines (cached, or compiled and timed)."""
+        ref = self._spawn_reference(hold=self.lanes.pooled)
+
+        def on_device(device: str) -> None:
+            info = self._reference_stage(ref, "reference", self._release(ref, device))
+            self.m.device = info["device"]
+            self._baselines(ref, info["baselines_cached"])
+
+        self._on_device(on_device)
+
+    def _on_device(self, phase) -> None:
+        """``phase(device)`` on a slot of a device lane, every worker killed before the slot is
+        released (nothing of this evaluation runs on the device after its slot)."""
         with self.lanes.device(self.cancel) as device, self.lanes.session(device, self.cancel) as self.lane:
             try:
-                self._device_phase(device, ref, run, built)
+                phase(device)
             finally:
-                self._close_workers()  # nothing of this evaluation runs on the device after its slot
-                if pooled:  # seconds its commands and timed sections waited for other evaluations
+                self._close_workers()
+                if self.lanes.pooled:  # seconds its commands and timed sections waited for other evaluations
                     self.m.stage_seconds["lane_wait"] = self.lane.waited_s
+
+    def _release(self, worker: WorkerProcess, device: str):
+        """Pooled: the start of a held worker onto ``device`` and its lane's cores (alone: None,
+        the worker started at once)."""
+        if not self.lanes.pooled:
+            return None
+        return functools.partial(worker.start, device, self.lanes.cpus.for_lane(device))
 
     def _device_phase(self, device: str, ref: WorkerProcess, run: WorkerProcess | None, built: bool) -> None:
         """Reference, baselines, verification and timing: each command to a worker holds the
         device shared (``lane.work``), each timed section exclusively (``lane.timing``)."""
-        cpus = self.lanes.cpus.for_lane(device)
-        start_ref = functools.partial(ref.start, device, cpus) if self.lanes.pooled else None
-        ref_info = self._reference_stage(ref, "reference", start_ref)
+        ref_info = self._reference_stage(ref, "reference", self._release(ref, device))
         self.m.device = ref_info["device"]
         if not built:
             return
         self.m.compiled = True
         # Verify-only runs use cached baselines when there are some, and never time new ones.
-        if ref_info["baselines_cached"]:
-            self._record_baselines(self._reference_stage(ref, "baselines"), True)
-        elif self.stop_after == "timing":
-            with self.lane.timing():
-                self._record_baselines(self._reference_stage(ref, "baselines", lambda: ref.send("go")), False)
+        if ref_info["baselines_cached"] or self.stop_after == "timing":
+            self._baselines(ref, ref_info["baselines_cached"])
         if run is None:  # alone: the run worker starts now, after the reference wrote init.pt
             self._run_stage(self._spawn_with_handover("run", hold=False), ref)
         else:
-            self._run_stage(run, ref, functools.partial(run.start, device, cpus))
+            self._run_stage(run, ref, self._release(run, device))
 
-    def baselines_only(self) -> None:
-        ref = self._spawn_reference(hold=False)
-        info = self._reference_stage(ref, "reference")
-        self.m.device = info["device"]
-        if not info["baselines_cached"]:
-            ref.send("go")
-        self._record_baselines(self._reference_stage(ref, "baselines"), info["baselines_cached"])
+    def _baselines(self, ref: WorkerProcess, cached: bool) -> None:
+        """The cache's baselines, or new ones: torch.compile's compile work first, untimed and
+        held shared (``lane.compiling``: beside other evaluations' work and compiles), then the
+        eager and compiled timed runs held exclusively (``lane.timing``)."""
+        if cached:
+            self._record_baselines(self._reference_stage(ref, "baselines"), True)
+            return
+        if self.cfg.compile_baseline:
+            self._compile_baseline(ref)
+        with self.lane.timing():
+            self._record_baselines(self._reference_stage(ref, "baselines", lambda: ref.send("go")), False)
+
+    def _compile_baseline(self, ref: WorkerProcess) -> None:
+        """The reference worker's torch.compile and first call; ``stage_seconds["compile"]``."""
+        with self.lane.compiling():
+            start = time.monotonic()
+            try:
+                ref.send("compile")
+                self._from_reference(ref, "compiled")
+            finally:
+                self.m.stage_seconds["compile"] = time.monotonic() - start
 
     def _install_recorder(self, build: Future) -> bool:
         """The run worker's operator recorder, compiled in this process (trusted code)."""
@@ -367,6 +401,7 @@ class _Evaluation:
         if baselines.get("compile"):
             self.m.compile_stats = TimingStats(**baselines["compile"])
             self.m.compile_us = self.m.compile_stats.median_us
+        self.m.compile_error = baselines.get("compile_error")
 
     def _run_stage(self, run: WorkerProcess, ref: WorkerProcess, start=None) -> None:
         """Verified trials (after ``start``, the held run worker's release), then timing with

@@ -1,15 +1,16 @@
 """Device lanes of a pool: build slots, lane slots per device, and each device's exclusive
 timing section.
 
-    lane of one device (lane_slots = 2)
-    slot 1  ┌ reference ┐ ┌ baselines ┐ ┌ verify: trial, check, trial ... ┐ ┌ timing ┐
-    slot 2        ┌ reference ┐ ... waits ... ┌ verify ... ┐      waits     ┌ verify ... ┐
-                  └ shared: any number at once ┘            └ exclusive: nothing else ┘
+    lane of one device (lane_slots = 2)      [shared: any number at once]  <exclusive: nothing else>
+    slot 1  [reference] [compile]       <baselines> [verify: trial, check, trial ...] <timing>
+    slot 2     [reference] [compile] waits ...      [verify ...]         waits        [verify ...
 
 An evaluation holds one *lane slot* of a device for its whole device phase (its workers live
 there), so at most ``lane_slots`` evaluations use a device at once. Within it, the judge holds
 the device's work lock *shared* around each command it gives a worker (start, "next", "check":
-the worker's device work runs until its next report, after which it waits for the judge), and
+the worker's device work runs until its next report, after which it waits for the judge) and
+around torch.compile's untimed compile work for the baselines (``compiling``: tens of seconds
+of host work that several evaluations do at once, but never during a timing), and
 *exclusive* around each timed section (the reference's baselines; the run worker's timed runs
 with their spot checks and post-timing trials), together with the device gate that training
 honours. Timing therefore waits for the other evaluations' commands in flight to report, and
@@ -63,6 +64,9 @@ class DeviceLanes:
         self.timing_s: dict[str, float] = defaultdict(float)
         self.served: dict[str, int] = defaultdict(int)
         self.timed: dict[str, int] = defaultdict(int)
+        # Per device: seconds of compile holds summed over evaluations, and how many there were.
+        self.compile_s: dict[str, float] = defaultdict(float)
+        self.compiles: dict[str, int] = defaultdict(int)
         self.build_s = 0.0
         self._toolchains: dict = {}
 
@@ -131,6 +135,20 @@ class DeviceLanes:
             yield
 
     @contextlib.contextmanager
+    def compiling(self, device: str, cancel: threading.Event):
+        """torch.compile's untimed compile work for a baseline: shared, like a command's work, with
+        other evaluations' work and compiles (its host work would skew a timing, so never during
+        one), and counted apart."""
+        with self.work(device, cancel):
+            start = time.monotonic()
+            try:
+                yield
+            finally:
+                with self._cond:
+                    self.compile_s[device] += time.monotonic() - start
+                    self.compiles[device] += 1
+
+    @contextlib.contextmanager
     def timing(self, device: str, cancel: threading.Event, timer: "LaneSession"):
         """A timed section: the device gate (training waits), then the work lock exclusively
         (other evaluations' commands in flight report first), then the other evaluations' run
@@ -172,10 +190,11 @@ class DeviceLanes:
 
 
 class LaneSession:
-    """One evaluation on its lane slot. ``work()`` around each command to a worker (free inside
-    a timed section, which already excludes everything else), ``timing()`` around each timed
-    section; ``clock()`` runs only while the evaluation is not waiting for its device, so that
-    stage deadlines do not count the time other evaluations' timing took."""
+    """One evaluation on its lane slot. ``work()`` around each command to a worker and
+    ``compiling()`` around a baseline's compile (both free inside a timed section, which already
+    excludes everything else), ``timing()`` around each timed section; ``clock()`` runs only
+    while the evaluation is not waiting for its device, so that stage deadlines do not count the
+    time other evaluations' timing took."""
 
     def __init__(self, lanes: DeviceLanes | None, device: str, cancel: threading.Event):
         self.lanes, self.device, self.cancel = lanes, device, cancel
@@ -187,13 +206,20 @@ class LaneSession:
     def clock(self) -> float:
         return time.monotonic() - self.waited_s
 
-    @contextlib.contextmanager
     def work(self):
+        return self._shared("work")
+
+    def compiling(self):
+        return self._shared("compiling")
+
+    @contextlib.contextmanager
+    def _shared(self, hold: str):
+        """The lanes' shared hold ``hold`` ("work" or "compiling"); its wait counts as waiting."""
         if self.lanes is None or self.timing_now:
             yield
             return
         start = time.monotonic()
-        with self.lanes.work(self.device, self.cancel):
+        with getattr(self.lanes, hold)(self.device, self.cancel):
             self.waited_s += time.monotonic() - start
             yield
 

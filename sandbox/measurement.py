@@ -71,6 +71,8 @@ class Measurement:
     runtime_stats: Optional[TimingStats] = None
     eager_stats: Optional[TimingStats] = None
     compile_stats: Optional[TimingStats] = None
+    # Why the torch.compile baseline has no time (None: it has one, or was not asked for).
+    compile_error: Optional[str] = None
     # Typed failure (an ErrorKind value) and its one-paragraph explanation.
     error: Optional[str] = None
     error_detail: Optional[str] = None

@@ -119,7 +119,7 @@ class WorkerProcess:
         self._write(f"start {device or '-'} {format_cpus(cpus)}")
 
     def send(self, command: str, seed: int = 0, peer: str = "") -> None:
-        """Send a command; "go", "next" and "check" carry a fresh nonce, which later reports must repeat."""
+        """Send a command; all but "stop" (NONCE_COMMANDS) carry a fresh nonce, which later reports must repeat."""
         if command in NONCE_COMMANDS:
             self.nonce = secrets.token_hex(16)
             self._write(Command(command, self.nonce, seed, peer).line())

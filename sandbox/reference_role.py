@@ -2,16 +2,19 @@
 only, no solution code ever runs here.
 
 It builds the task's Model (its weights go to the run worker through init.pt), checks that one
-trial fits and that the task's inputs reproduce under a seed, times the eager and torch.compile
-baselines on "go" (or reads them from the cache), then checks each output the run worker hands
-over ("check SEED"): it regenerates that call's inputs from the seed, computes the reference and
-compares, here. It stays until told to stop.
+trial fits and that the task's inputs reproduce under a seed, compiles the Model with
+torch.compile on "compile" (untimed: the judge holds the device shared meanwhile, so several
+workers compile at once), times the eager and compiled baselines on "go" (or reads them from the
+cache), then checks each output the run worker hands over ("check SEED"): it regenerates that
+call's inputs from the seed, computes the reference and compares, here. It stays until told to stop.
 """
 from __future__ import annotations
 
 import os
 import socket
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 
@@ -25,7 +28,7 @@ from .inputs import (WorkerFailure, call_task, check_inputs, fresh_seed, inputs_
 from .measurement import TimingStats
 from .protocol import Command
 from .timing import measure
-from .trial_size import check_trial_fits
+from .trial_size import check_trial_fits, memory_was_full
 from .worker_common import Channel, device_name, device_peak_mb, max_rss_mb, timing_config, worker_device
 
 
@@ -39,19 +42,18 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
     check_trial_fits(task, job, device)
     check_reproducible_inputs(task, device)
     release_cached_memory(device)
-    cache_path = baseline_cache_path(job, device_name(device))
-    baselines = load_baselines(cache_path)
-    channel.report("reference", {"device": device_name(device), "baselines_cached": baselines is not None})
-    if baselines is not None:
-        channel.report("baselines", baselines)
+    baselines = BaselineRuns(task, model, job, device)
+    channel.report("reference", {"device": device_name(device), "baselines_cached": baselines.timings is not None})
+    if baselines.timings is not None:
+        channel.report("baselines", baselines.timings)
     handover = socket.socket(fileno=job["handover_fd"])
     handover.settimeout(HANDOVER_TIMEOUT_S)
     cfg = SandboxConfig(backend=job["backend"], tolerance=job["tolerance"])
     while (command := channel.wait_command()).name != "stop":
-        if command.name == "go" and baselines is None:
-            baselines = time_baselines(task, model, job, device)
-            store_baselines(cache_path, baselines)
-            channel.report("baselines", baselines)
+        if command.name == "compile" and baselines.timings is None:
+            channel.report("compiled", baselines.compile())
+        elif command.name == "go" and baselines.timings is None:
+            channel.report("baselines", baselines.time())
         elif command.name == "check":
             result = check_call(task, model, handover, command, device, cfg)
             release_cached_memory(device)
@@ -122,21 +124,74 @@ def check_reproducible_inputs(task, device: torch.device) -> None:
         raise WorkerFailure(TASK_ERROR, "get_inputs() is not reproducible under torch.manual_seed / random.seed")
 
 
-def time_baselines(task, model, job: dict, device: torch.device) -> dict:
+class BaselineRuns:
+    """This worker's baselines: the cache's, or torch.compile's compile work on "compile"
+    (untimed; the judge holds the device shared) and the eager and compiled timings on "go"
+    (the judge holds it exclusively)."""
+
+    def __init__(self, task, model, job: dict, device: torch.device):
+        self.task, self.model, self.job, self.device = task, model, job, device
+        self.cache_path = baseline_cache_path(job, device_name(device))
+        self.timings = load_baselines(self.cache_path)
+        self.compiled: CompiledBaseline | None = None
+
+    def compile(self) -> dict:
+        self.compiled = compile_baseline(self.task, self.model, self.device)
+        return {"compile_error": self.compiled.error}
+
+    def time(self) -> dict:
+        if self.job["compile_baseline"] and self.compiled is None:  # "go" without "compile": compile first
+            self.compile()
+        self.timings = time_baselines(self.task, self.model, self.job, self.device, self.compiled)
+        # A compile that ran out of memory (beside other work, perhaps) is no verdict on the task.
+        if not memory_was_full(self.timings["compile_error"]):
+            store_baselines(self.cache_path, self.timings)
+        return self.timings
+
+
+@dataclass
+class CompiledBaseline:
+    """torch.compile's Model, compiled (None when it could not be), and why not."""
+
+    run: Callable | None = None
+    error: str | None = None
+
+
+def compile_baseline(task, model, device: torch.device) -> CompiledBaseline:
+    """torch.compile of the Model with its compile work done now, untimed: compilation happens at
+    the first call, made here as timed calls are made (fresh inputs, no_grad), so that the timed
+    runs later measure compiled code only. Several workers may do this at once."""
+    share_inductor_headers()
+    try:
+        compiled = torch.compile(model)
+        with torch.no_grad():
+            compiled(*seeded_inputs(task, fresh_seed(), device))
+        return CompiledBaseline(compiled)
+    except Exception as exc:  # inductor unavailable or the task does not compile
+        return CompiledBaseline(error=compile_failure(exc))
+    finally:
+        release_cached_memory(device)
+
+
+def time_baselines(task, model, job: dict, device: torch.device, compiled: CompiledBaseline | None) -> dict:
+    """The eager and (when compiled) torch.compile timings."""
     cfg = timing_config(job)
     make_inputs = lambda i: seeded_inputs(task, fresh_seed(), device)  # noqa: E731
     eager = measure(lambda inp: model(*inp), make_inputs, cfg, device)
-    result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None, "compile_error": None}
-    if job["compile_baseline"]:
-        share_inductor_headers()
+    result = {"eager": TimingStats.from_samples(eager).__dict__, "compile": None,
+              "compile_error": compiled.error if compiled else None}
+    if compiled and compiled.run is not None:
         try:
-            compiled = torch.compile(model)
             result["compile"] = TimingStats.from_samples(
-                measure(lambda inp: compiled(*inp), make_inputs, cfg, device)).__dict__
-        except Exception as exc:  # inductor unavailable or the task does not compile
-            result["compile_error"] = f"{type(exc).__name__}: {str(exc)[:500]}"
+                measure(lambda inp: compiled.run(*inp), make_inputs, cfg, device)).__dict__
+        except Exception as exc:  # a recompilation for the timed calls that failed
+            result["compile_error"] = compile_failure(exc)
     release_cached_memory(device)
     return result
+
+
+def compile_failure(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:500]}"
 
 
 def share_inductor_headers() -> None:

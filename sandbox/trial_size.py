@@ -8,6 +8,7 @@ that cannot run there is measured by its real inputs instead, outputs unknown.
 from __future__ import annotations
 
 import os
+import re
 
 import torch
 
@@ -15,6 +16,13 @@ from .errors import TASK_ERROR
 from .inputs import WorkerFailure, call_task, check_inputs, seeded_inputs
 
 GIB = 1 << 30
+# How check_trial_fits's refusal begins (the free memory it compares with is what others left).
+TRIAL_TOO_LARGE = "one trial of this task needs"
+# What running out of memory reads like in an error: torch's CUDA allocator (OutOfMemoryError:
+# "CUDA out of memory"), its CPU allocator ("can't allocate memory", errno 12), Python's
+# MemoryError, and check_trial_fits's refusal.
+MEMORY_FULL = re.compile("|".join(["out of memory", "OutOfMemoryError", "can't allocate memory",
+                                   "Cannot allocate memory", "MemoryError", TRIAL_TOO_LARGE]), re.IGNORECASE)
 
 
 def tensor_bytes(obj) -> int:
@@ -82,5 +90,10 @@ def check_trial_fits(task, job: dict, device: torch.device) -> None:
     space, what = room(job, device)
     if needed > space:
         parts = f"{inputs} of inputs" + (f" + 2 x {output} of outputs" if output is not None else "")
-        raise WorkerFailure(TASK_ERROR, f"one trial of this task needs {needed} bytes per worker ({parts}); "
-                                        f"{what}")
+        raise WorkerFailure(TASK_ERROR, f"{TRIAL_TOO_LARGE} {needed} bytes per worker ({parts}); {what}")
+
+
+def memory_was_full(error: str | None) -> bool:
+    """Whether an error (a task error, a compile baseline's error) says memory ran out: beside
+    other work on the device, that may be the others' doing, not the task's."""
+    return bool(error) and MEMORY_FULL.search(error) is not None

@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -138,3 +142,128 @@ def test_baselines_times_every_task_once_and_resumes(run_sandbox, tmp_path):
     assert again.returncode == 0 and "2 already in" in again.stderr and len(out.read_text().splitlines()) == 2
     missing = run_sandbox("baselines", "--benchmark-root", tmp_path / "nowhere", "--out", out, "--backend", "cpu")
     assert missing.returncode == 2 and "not a directory" in missing.stderr
+
+
+# Waits in get_init_inputs, i.e. in its reference run (a shared hold of the lane), until RELEASE
+# exists: no other task can time meanwhile, so a run stops short of finishing while it waits.
+WAITING_TASK = """import os
+import time
+
+RELEASE = {release!r}
+""" + VALID_TASK.replace("def get_init_inputs():\n", """def get_init_inputs():
+    deadline = time.monotonic() + 120
+    while not os.path.exists(RELEASE) and time.monotonic() < deadline:
+        time.sleep(0.05)
+""")
+
+
+def out_lines(out) -> list[str]:
+    return out.read_text().splitlines() if out.exists() else []
+
+
+def baselines_args(root, out, *extra) -> tuple:
+    return ("baselines", "--benchmark-root", root, "--out", out, "--backend", "cpu", "--no-compile-baseline",
+            "--warmup", "1", "--repeats", "3", *extra)
+
+
+@pytest.fixture
+def own_gates_env(cli_env, tmp_path) -> dict:
+    """The CLI's environment with device gates of this test only (the machine's belong to others)."""
+    return dict(cli_env, CUDA_AGENT_GATE_DIR=str(tmp_path / "gates"))
+
+
+def test_baselines_with_two_workers_write_every_task_once_and_resume_after_an_interrupt(
+        run_sandbox, own_gates_env, example_paths, tmp_path):
+    root = tmp_path / "bench"
+    (root / "level1").mkdir(parents=True)
+    for i in (1, 2, 3):
+        (root / "level1" / f"{i}_relu_add.py").write_text(VALID_TASK.replace("64", str(64 + i)))
+    (root / "level1" / "4_waits.py").write_text(WAITING_TASK.format(release=str(tmp_path / "release")))
+    out = tmp_path / "baselines.jsonl"
+    args = baselines_args(root, out, "--workers", "2")
+    first = subprocess.Popen([sys.executable, "-m", "sandbox", *map(str, args)], cwd=example_paths.root,
+                             env=own_gates_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        # Tasks 1-3 run beside the waiting one; at least two finish before it blocks the lane.
+        while len(out_lines(out)) < 2 and first.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        first.send_signal(signal.SIGINT)
+        assert first.wait(60) == 130, first.stderr.read()[-2000:]
+    finally:
+        first.kill()
+    before = out_lines(out)
+    ids = [json.loads(line)["id"] for line in before]
+    assert 2 <= len(before) <= 3 and "level1/4_waits.py" not in ids, before
+    (tmp_path / "release").touch()
+    again = run_sandbox(*args, env=own_gates_env)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"4 tasks, {len(before)} already in" in again.stderr
+    after = out_lines(out)
+    assert after[:len(before)] == before  # finished ids are not timed again
+    rows = [json.loads(line) for line in after]
+    assert sorted(r["id"] for r in rows) == [f"level1/{n}" for n in ("1_relu_add.py", "2_relu_add.py",
+                                                                     "3_relu_add.py", "4_waits.py")]
+    assert all(r["eager_us"] > 0 and r["compile_s"] is None for r in rows), rows
+
+
+# Two tasks that meet. The company's reference worker holds a lock on LOCK for its whole life
+# and waits (get_init_inputs) until the crowded task has looked; the crowded task's get_inputs,
+# once the company has started, allocates 1 PiB on the host while that lock is held: the CPU
+# allocator's real out-of-memory error. Alone (the company's worker gone), it runs as usual.
+COMPANY_TASK = """import fcntl
+import os
+import time
+
+MARKS = {marks!r}
+held = []
+""" + VALID_TASK.replace("def get_init_inputs():\n", """def get_init_inputs():
+    held.append(open(os.path.join(MARKS, "lock"), "a"))  # kept open: locked until the worker ends
+    fcntl.flock(held[0], fcntl.LOCK_EX)
+    open(os.path.join(MARKS, "company_started"), "a").close()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(MARKS, "looked")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+""")
+CROWDED_TASK = """import fcntl
+import os
+import time
+
+MARKS = {marks!r}
+
+
+def company_alive():
+    deadline = time.monotonic() + 60
+    while not os.path.exists(os.path.join(MARKS, "company_started")) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    with open(os.path.join(MARKS, "lock"), "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+    return False
+""" + VALID_TASK.replace("def get_inputs():\n", """def get_inputs():
+    crowded = company_alive()
+    open(os.path.join(MARKS, "looked"), "a").close()
+    if crowded:
+        open(os.path.join(MARKS, "ran_out"), "a").close()
+        torch.empty(1 << 50, dtype=torch.uint8, device="cpu")
+""")
+
+
+def test_baselines_time_a_task_that_ran_out_of_memory_beside_another_again_alone(
+        run_sandbox, own_gates_env, tmp_path):
+    marks, root = tmp_path / "marks", tmp_path / "bench" / "level1"
+    marks.mkdir()
+    root.mkdir(parents=True)
+    (root / "1_crowded.py").write_text(CROWDED_TASK.format(marks=str(marks)))
+    (root / "2_company.py").write_text(COMPANY_TASK.format(marks=str(marks)))
+    out = tmp_path / "baselines.jsonl"
+    res = run_sandbox(*baselines_args(tmp_path / "bench", out, "--workers", "2"), env=own_gates_env)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert (marks / "ran_out").exists(), "the crowded task never met its company"
+    rows = [json.loads(line) for line in out_lines(out)]
+    assert [r["id"] for r in rows] == ["level1/2_company.py", "level1/1_crowded.py"], rows
+    company, crowded = rows
+    assert company["eager_us"] > 0 and "retried_alone" not in company, company
+    assert crowded.get("retried_alone") is True and crowded.get("eager_us", 0) > 0, crowded

@@ -1,5 +1,6 @@
-"""Lane slots (sandbox/lanes.py): several evaluations share a device lane, their commands
-overlap, and every timed section has the device to itself; cancelled waits end cleanly.
+"""Lane slots (sandbox/lanes.py): several evaluations share a device lane, their commands and
+baseline compiles overlap, and every timed section has the device to itself; cancelled waits
+end cleanly.
 
 The first tests drive DeviceLanes directly (threads, no processes); the pool tests judge real
 solutions in real worker processes on the CPU backend's lane and read what the solutions
@@ -12,6 +13,7 @@ import sys
 import textwrap
 import threading
 import time
+import uuid
 from dataclasses import replace
 
 import pytest
@@ -133,6 +135,7 @@ class RecordingLanes(DeviceLanes):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.timed_sections: list[tuple[float, float]] = []
+        self.compile_holds: list[tuple[float, float]] = []
         self.asked_to_time, self.commands = threading.Event(), 0
 
     @contextlib.contextmanager
@@ -140,6 +143,15 @@ class RecordingLanes(DeviceLanes):
         with super().work(device, cancel):
             self.commands += 1
             yield
+
+    @contextlib.contextmanager
+    def compiling(self, device, cancel):
+        with super().compiling(device, cancel):
+            start = time.monotonic()
+            try:
+                yield
+            finally:
+                self.compile_holds.append((start, time.monotonic()))
 
     @contextlib.contextmanager
     def timing(self, device, cancel, timer):
@@ -282,6 +294,98 @@ def test_cancel_while_waiting_for_the_timing_section_ends_cleanly(cfg, small_tas
         after = pool.submit(EvalRequest("after", small_task, python_solution("n", "return torch.relu(a + b)")))
         assert after.result(timeout=180).measurement.correct
     assert lanes.timed["-"] >= 1
+
+
+# A task whose forward stamps every real call in the reference worker's log (eagerly, also in
+# compiled calls: torch.compiler.disable). Its first real call is torch.compile's, in the
+# "compile" command: it waits (up to WAIT_S) until the other task's first call has begun, so that
+# with compiles held shared both surely compile at once, and held exclusively they never could.
+STAMPED_TASK = '''
+import os
+import time
+
+import torch
+import torch.nn as nn
+
+MARKS, ME, OTHER, WAIT_S = {marks!r}, {me!r}, {other!r}, {wait_s!r}
+calls = 0
+
+
+@torch.compiler.disable
+def stamp(x):
+    global calls
+    if x.device.type == "meta":  # the trial-size check's shapes-only run
+        return
+    calls += 1
+    if calls == 1:
+        open(os.path.join(MARKS, ME), "w").close()
+        deadline = time.monotonic() + WAIT_S
+        while not os.path.exists(os.path.join(MARKS, OTHER)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    os.write(1, ("CALL %r\\n" % time.monotonic()).encode())
+
+
+class Model(nn.Module):
+    def forward(self, a, b):
+        stamp(a)
+        return torch.relu(a + b)
+
+
+def get_inputs():
+    return [torch.randn(4099), torch.randn(4099)]
+
+
+def get_init_inputs():
+    return []
+
+# {fresh}: never in the baseline cache
+'''
+
+
+def stamped_pair(tmp_path, wait_s: float) -> list:
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    paths = []
+    for me, other in (("a", "b"), ("b", "a")):
+        path = tmp_path / f"{me}.py"
+        path.write_text(STAMPED_TASK.format(marks=str(marks), me=me, other=other, wait_s=wait_s,
+                                            fresh=uuid.uuid4().hex))
+        paths.append(path)
+    return paths
+
+
+def stamps(log: str) -> list[float]:
+    return [float(line.split()[1]) for line in log.splitlines() if line.startswith("CALL ")]
+
+
+def test_two_baseline_evaluations_compile_together_and_time_apart(cfg, tmp_path):
+    """Two evaluate_baselines on one lane of two slots: their torch.compile holds overlap in time,
+    their timed sections never do, and no call of one task runs during the other's timed section
+    (as the tasks' own stamps say)."""
+    cfg = replace(cfg, compile_baseline=True, log_chars=1 << 20)
+    lanes = RecordingLanes(["-"], build_slots=1, lane_slots=2)
+    results = {}
+    threads = [in_thread(lambda p=p: results.setdefault(p.stem, evaluate_baselines(p, cfg, lanes=lanes)))
+               for p in stamped_pair(tmp_path, wait_s=60.0)]
+    for thread in threads:
+        thread.join(300)
+    assert set(results) == {"a", "b"}, "an evaluation failed (its thread's traceback is above)"
+    calls = {}
+    for name, m in results.items():
+        assert m.eager_us > 0 and m.compile_us > 0 and not m.baseline_cached, m.compile_error
+        assert m.stage_seconds["compile"] > 0
+        calls[name] = stamps(m.logs["reference"])
+        assert len(calls[name]) == 7, calls[name]  # the compile's call, then 1 + 2 eager and 1 + 2 compiled
+    holds = lanes.compile_holds
+    assert len(holds) == 2 and overlaps(*holds), f"the compiles did not overlap: {holds}"
+    assert lanes.compiles["-"] == 2 and lanes.compile_s["-"] > 0
+    for name, first_call in ((n, c[0]) for n, c in calls.items()):
+        assert any(start < first_call < end for start, end in holds), f"{name} compiled outside a compile hold"
+    sections = sorted(lanes.timed_sections)
+    assert len(sections) == 2 and sections[0][1] <= sections[1][0], f"timed sections overlapped: {sections}"
+    for section in sections:
+        inside = {name: [t for t in stamped if section[0] < t < section[1]] for name, stamped in calls.items()}
+        assert sum(bool(v) for v in inside.values()) == 1, f"calls of both tasks in the timed section {section}"
 
 
 @pytest.mark.gpu
