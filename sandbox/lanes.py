@@ -20,6 +20,9 @@ training) overlap. The locks are machine-wide flocks (sandbox/gate.py), so this 
 other pools on the machine too. While a section times, the run workers of the other evaluations
 on the device are stopped (SIGSTOP, every thread stopped before the section starts): solution
 code that left a thread behind cannot run it during someone else's timing. With one slot, a lane is exclusive to one evaluation, as before.
+Within one pool, timed sections go before new compiles: a compile starts only when no timed
+section waits for its device (``compiling``), so the timings that queued behind a round of
+compiles run back to back rather than one per round.
 """
 from __future__ import annotations
 
@@ -67,6 +70,8 @@ class DeviceLanes:
         # Per device: seconds of compile holds summed over evaluations, and how many there were.
         self.compile_s: dict[str, float] = defaultdict(float)
         self.compiles: dict[str, int] = defaultdict(int)
+        # Per device: timed sections asked for and not yet over (new compiles wait for none).
+        self._timings_wanted: dict[str, int] = defaultdict(int)
         self.build_s = 0.0
         self._toolchains: dict = {}
 
@@ -138,7 +143,10 @@ class DeviceLanes:
     def compiling(self, device: str, cancel: threading.Event):
         """torch.compile's untimed compile work for a baseline: shared, like a command's work, with
         other evaluations' work and compiles (its host work would skew a timing, so never during
-        one), and counted apart."""
+        one), and counted apart. It starts only once no timed section of this pool waits for the
+        device: a timing waits for every compile in flight (tens of seconds), so timed sections
+        that queued meanwhile go first, together, instead of each waiting for a new round."""
+        self._await_no_timing(device, cancel)
         with self.work(device, cancel):
             start = time.monotonic()
             try:
@@ -154,16 +162,30 @@ class DeviceLanes:
         (other evaluations' commands in flight report first), then the other evaluations' run
         workers on the device stopped until it ends."""
         key = _gate_of(device)
-        with _gate(key, cancel), _gate(work_key(key), cancel):
-            start = time.monotonic()
-            stopped = self._freeze_others(device, timer)
-            try:
-                yield
-            finally:
-                thaw(stopped)
-                with self._cond:
-                    self.timing_s[device] += time.monotonic() - start
-                    self.timed[device] += 1
+        with self._cond:
+            self._timings_wanted[device] += 1
+        try:
+            with _gate(key, cancel), _gate(work_key(key), cancel):
+                start = time.monotonic()
+                stopped = self._freeze_others(device, timer)
+                try:
+                    yield
+                finally:
+                    thaw(stopped)
+                    with self._cond:
+                        self.timing_s[device] += time.monotonic() - start
+                        self.timed[device] += 1
+        finally:
+            with self._cond:
+                self._timings_wanted[device] -= 1
+                self._cond.notify_all()
+
+    def _await_no_timing(self, device: str, cancel: threading.Event) -> None:
+        with self._cond:
+            while self._timings_wanted[device]:
+                if cancel.is_set():
+                    raise Cancelled("evaluation cancelled while waiting for the timed sections before its compile")
+                self._cond.wait(POLL_S)
 
     def _freeze_others(self, device: str, timer: "LaneSession") -> list[int]:
         with self._cond:

@@ -67,6 +67,64 @@ def test_commands_overlap_timing_waits_for_them_and_then_excludes_them():
     assert lanes.timed["gpu-x"] == 1 and lanes.timing_s["gpu-x"] >= 0.2
 
 
+def test_timed_sections_queued_behind_a_compile_go_before_a_compile_that_asked_earlier():
+    """A round of compiles in flight; one evaluation asks to time, then another asks to compile,
+    then a second asks to time. Both timings run (one after the other) before the new compile:
+    otherwise each timing would wait for a fresh round of compiles (the 250-problem baselines
+    run's bottleneck: one problem per compile's length)."""
+    lanes = DeviceLanes(["gpu-x"], build_slots=1, lane_slots=4)
+    never = threading.Event()
+    first, timer1, compiler, timer2 = (lanes.session("gpu-x", never).__enter__() for _ in range(4))
+    order, lock = [], threading.Lock()
+
+    def note(what):
+        with lock:
+            order.append(what)
+
+    def timed(lane, name):
+        with lane.timing():
+            note(name)
+            time.sleep(0.1)
+
+    def compile_later():
+        with compiler.compiling():
+            note("compile")
+
+    with first.compiling():
+        threads = [in_thread(lambda: timed(timer1, "timing 1"))]
+        time.sleep(0.2)
+        threads.append(in_thread(compile_later))
+        time.sleep(0.2)
+        threads.append(in_thread(lambda: timed(timer2, "timing 2")))
+        time.sleep(0.2)
+        assert order == [], "something ran beside a compile's hold and a waiting timing"
+    for thread in threads:
+        thread.join(5)
+    assert sorted(order[:2]) == ["timing 1", "timing 2"] and order[2] == "compile"
+    assert lanes.compiles["gpu-x"] == 2 and lanes.timed["gpu-x"] == 2
+
+
+def test_a_compile_waiting_for_timed_sections_can_be_cancelled():
+    lanes = DeviceLanes(["gpu-x"], build_slots=1, lane_slots=3)
+    never, cancel = threading.Event(), threading.Event()
+    holder, timer, waiter = (lanes.session("gpu-x", e).__enter__() for e in (never, never, cancel))
+    timed = threading.Event()
+
+    def timed_section():
+        with timer.timing():
+            timed.set()
+
+    with holder.work():  # the timed section waits for this command, the compile for the timing
+        thread = in_thread(timed_section)
+        time.sleep(0.1)
+        cancel.set()
+        with pytest.raises(Cancelled, match="timed sections"):
+            with waiter.compiling():
+                pass
+    thread.join(5)
+    assert timed.is_set() and lanes.compiles["gpu-x"] == 0
+
+
 def test_slots_bound_evaluations_per_device_and_busy_time_counts_both_ways():
     lanes = DeviceLanes(["gpu-a", "gpu-b"], build_slots=1, lane_slots=2)
     never, fifth_in = threading.Event(), threading.Event()
