@@ -181,15 +181,23 @@ def test_baselines_with_two_workers_write_every_task_once_and_resume_after_an_in
     (root / "level1" / "4_waits.py").write_text(WAITING_TASK.format(release=str(tmp_path / "release")))
     out = tmp_path / "baselines.jsonl"
     args = baselines_args(root, out, "--workers", "2")
+    # PYTHONFAULTHANDLER: a run that does not stop at Ctrl-C is aborted and prints where each thread was.
     first = subprocess.Popen([sys.executable, "-m", "sandbox", *map(str, args)], cwd=example_paths.root,
-                             env=own_gates_env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                             env=dict(own_gates_env, PYTHONFAULTHANDLER="1"), stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 180
         # Tasks 1-3 run beside the waiting one; at least two finish before it blocks the lane.
         while len(out_lines(out)) < 2 and first.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
         first.send_signal(signal.SIGINT)
-        assert first.wait(60) == 130, first.stderr.read()[-2000:]
+        try:
+            code = first.wait(60)
+        except subprocess.TimeoutExpired:
+            first.send_signal(signal.SIGABRT)
+            pytest.fail("the interrupted run was still running 60 s after Ctrl-C; its threads:\n"
+                        + first.communicate(timeout=30)[1][-6000:])
+        assert code == 130, first.stderr.read()[-2000:]
     finally:
         first.kill()
     before = out_lines(out)
