@@ -31,11 +31,8 @@ from typing import Iterator
 from .batch import finished_ids
 from .config import SandboxConfig
 from .errors import TaskError
-from .process import Cancelled
+from .lanes import wait_until
 from .trial_size import memory_was_full
-
-# How often a task waiting for its turn looks at the cancel flag.
-POLL_S = 0.05
 
 
 def task_files(root: Path) -> list[Path]:
@@ -118,10 +115,7 @@ class Turns:
 
     def _wait(self, ready) -> None:
         """Wait (holding the condition) until ``ready()``; Cancelled when the run is interrupted."""
-        while not ready():
-            if self.cancel.is_set():
-                raise Cancelled("baselines run interrupted while a task waited for its turn")
-            self._cond.wait(POLL_S)
+        wait_until(self._cond, ready, self.cancel, "baselines run interrupted while a task waited for its turn")
 
 
 def timed_record(task: Path, task_id: str, cfg: SandboxConfig, lanes, turns: Turns,

@@ -182,10 +182,8 @@ class DeviceLanes:
 
     def _await_no_timing(self, device: str, cancel: threading.Event) -> None:
         with self._cond:
-            while self._timings_wanted[device]:
-                if cancel.is_set():
-                    raise Cancelled("evaluation cancelled while waiting for the timed sections before its compile")
-                self._cond.wait(POLL_S)
+            wait_until(self._cond, lambda: not self._timings_wanted[device], cancel,
+                       "evaluation cancelled while waiting for the timed sections before its compile")
 
     def _freeze_others(self, device: str, timer: "LaneSession") -> list[int]:
         with self._cond:
@@ -302,6 +300,14 @@ def _gate(key: str, cancel: threading.Event, shared: bool = False):
         yield
     finally:
         gate.__exit__()
+
+
+def wait_until(cond: threading.Condition, ready, cancel: threading.Event, cancelled_message: str) -> None:
+    """Wait on ``cond`` (held by the caller) until ``ready()``; Cancelled once ``cancel`` is set."""
+    while not ready():
+        if cancel.is_set():
+            raise Cancelled(cancelled_message)
+        cond.wait(POLL_S)
 
 
 def _acquire(try_once, cancel: threading.Event, what: str) -> None:
