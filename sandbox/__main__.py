@@ -169,15 +169,18 @@ def render_text(result: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from .judge import evaluate
+    from .judge import check_backend, evaluate
 
     if args.command in ("evaluate-batch", "baselines"):
         from .baselines_cli import run_baselines
         from .batch import run_batch
 
         try:
+            cfg = config_from_args(args)
+            # Before any task: each task's own check would be a task error, recorded as done.
+            check_backend(cfg)
             run = run_batch if args.command == "evaluate-batch" else run_baselines
-            return run(args, config_from_args(args))
+            return run(args, cfg)
         except (TaskError, ValueError) as exc:
             print(f"error: {exc}", file=sys.stderr)
             return USAGE_ERROR

@@ -27,8 +27,7 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
-import torch
-
+from .backend import require_backend
 from .cgroups import WorkerCgroup
 from .checks import TIMED_RUN, TRIAL, CallChecks
 from .lanes import LaneSession, SoloLanes
@@ -71,9 +70,7 @@ SOLUTION_ROLES = ("build", "run")
 
 def check_backend(cfg: SandboxConfig) -> None:
     """Fail fast, with one line, when the requested backend cannot run here."""
-    if cfg.backend == "cuda" and not torch.cuda.is_available():
-        raise TaskError("backend 'cuda' needs a CUDA GPU and a CUDA build of torch; none is visible "
-                        "here (use --backend cpu)")
+    require_backend(cfg.backend, "--backend cpu")
 
 
 def worker_env(cfg: SandboxConfig, role: str, solution_key: str) -> dict[str, str]:

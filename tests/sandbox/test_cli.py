@@ -79,6 +79,23 @@ def test_cuda_backend_without_gpu_exits_2(run_cli, tmp_path, valid_solution):
     assert "cuda" in line.lower()
 
 
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_baselines_on_the_cuda_backend_without_gpu_exit_2_and_record_nothing(run_sandbox, tmp_path, workers):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible, so --backend cuda is usable here")
+    (tmp_path / "bench" / "level1").mkdir(parents=True)
+    (tmp_path / "bench" / "level1" / "1_relu_add.py").write_text(VALID_TASK)
+    out = tmp_path / "baselines.jsonl"
+    res = run_sandbox("baselines", "--benchmark-root", tmp_path / "bench", "--out", out, "--backend", "cuda",
+                      "--workers", workers)
+    # A task error per task would be written as done, and a rerun on a GPU would skip every task.
+    assert res.returncode == 2 and res.stderr.strip().splitlines() == [
+        "error: backend 'cuda' needs a CUDA GPU and a CUDA build of torch; none is visible here (use --backend cpu)"]
+    assert not out.exists()
+
+
 def test_a_solution_path_that_does_not_exist_is_a_usage_error(run_cli, tmp_path):
     task = tmp_path / "task.py"
     task.write_text(VALID_TASK)
