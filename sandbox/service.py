@@ -13,10 +13,12 @@ path, or ``host:port`` for ranks on other nodes.
 """
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from concurrent.futures import Future
-from multiprocessing.connection import Client, Connection, Listener
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Connection, Listener, answer_challenge, deliver_challenge
 from typing import Any, Union
 
 from .pool import EvalRequest, EvalResult, PoolClient
@@ -46,10 +48,12 @@ class PoolServer:
         while not self._closed.is_set():
             try:
                 conn = self._listener.accept()
-            except (OSError, EOFError):
+            except (OSError, EOFError, AuthenticationError):
                 if self._closed.is_set():
                     return
-                continue  # a client that failed the authentication handshake
+                # A client that failed the handshake (a wrong key raises AuthenticationError):
+                # refused, and the server goes on accepting the others.
+                continue
             threading.Thread(target=self._serve, args=(conn,), name="pool-conn", daemon=True).start()
 
     def _serve(self, conn: Connection) -> None:
@@ -141,12 +145,35 @@ class RemotePool(PoolClient):
 
 
 def _connect(address: Any, authkey: bytes, timeout_s: float) -> Connection:
-    """Connect, retrying while the serving process is still starting its pool."""
+    """Connect, retrying while the serving process is still starting its pool; the key
+    handshake is bounded by the same deadline (``Client``'s would wait forever on a server
+    that took the connection but never answered)."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            return Client(address, authkey=authkey)
+            conn = _open_socket(address)
+            break
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             if time.monotonic() > deadline:
                 raise ConnectionError(f"no sandbox pool server at {address} after {timeout_s:g} s: {exc}") from None
             time.sleep(0.2)
+    # The server speaks first (its challenge); once it has, the rest of the exchange is immediate.
+    if not conn.poll(max(0.0, deadline - time.monotonic())):
+        conn.close()
+        raise ConnectionError(f"the sandbox pool server at {address} took the connection but did not start the "
+                              f"key handshake within {timeout_s:g} s")
+    try:
+        answer_challenge(conn, authkey)
+        deliver_challenge(conn, authkey)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def _open_socket(address: Address) -> Connection:
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setblocking(True)
+        sock.connect(address)
+        return Connection(sock.detach())

@@ -72,8 +72,22 @@ def test_a_client_with_the_wrong_key_is_refused(pool, tmp_path):
         with pytest.raises(Exception) as info:
             RemotePool(address, b"wrong", connect_timeout_s=5)
         assert "digest" in str(info.value).lower() or "authentication" in type(info.value).__name__.lower()
+        # The refusal did not end the server: a rank with the right key still connects.
+        with RemotePool(address, b"right", connect_timeout_s=5):
+            pass
     finally:
         server.close()
+
+
+def test_a_server_that_never_answers_the_handshake_is_a_clear_connection_error(tmp_path):
+    import socket
+
+    address = str(tmp_path / "silent.sock")
+    with socket.socket(socket.AF_UNIX) as silent:  # listens (the connection is queued), never accepts
+        silent.bind(address)
+        silent.listen(1)
+        with pytest.raises(ConnectionError, match="did not start the key handshake within 1 s"):
+            RemotePool(address, b"k", connect_timeout_s=1)
 
 
 def test_no_server_is_a_clear_connection_error(tmp_path):
