@@ -103,7 +103,8 @@ def test_build_family_filters_and_writes_a_loadable_dataset(tmp_path):
     constant = ChainSpec(("silu", "tanh"), "max", (128, 2048))
     out = tmp_path / "family" / "tasks.parquet"
     report = build_family([good, constant], "cpu", out, tmp_path / "work", workers=2, held_out_percent=50)
-    assert report["accepted"] == 1 and report["judged"] == 2, report
+    verdicts = (tmp_path / "work" / "filter_results.jsonl").read_text()
+    assert report["accepted"] == 1 and report["judged"] == 2, f"{report}\nverdicts:\n{verdicts}"
     assert any("nontrivial" in reason for reason in report["rejected"]), report["rejected"]
     rows = load_tasks(out)
     assert [r["id"] for r in rows] == [good.id]

@@ -1,0 +1,13 @@
+# Sourced by the other scripts here: the offline GPU host (no package registry) gets the
+# packages it lacks (hydra-core, omegaconf, wandb, ...) from wheels carried beside the checkout.
+# Make them on a machine with internet:  bash ../shared/gpu/wheels.sh .whl   (or: pip download
+# --only-binary=:all: --python-version 3.12 -d .whl hydra-core omegaconf wandb)
+# A host with a registry needs none of this: pip install -e '.[test]'.
+if [ -d .whl ] && [ ! -f /tmp/site/.done ]; then
+    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && touch /tmp/site/.done
+fi
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-/tmp/ca-cache}
+OUT=${OUT:-outputs/h200}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
