@@ -64,7 +64,7 @@ def get_init_inputs():
 
 # A test process that hangs after its summary (seen once with pytest-xdist on the GPU host) says
 # why: with CUDA_AGENT_TEST_EXIT_REPORT=PREFIX set, a process still alive EXIT_REPORT_AFTER_S after
-# its session ended writes every thread's stack, and its live threads and children, to
+# its session ended writes every thread's stack, and its live threads and descendants, to
 # PREFIX.<xdist worker or "main">.txt.
 EXIT_REPORT_AFTER_S = 60.0
 _exit_report: list = []  # the open report file (faulthandler writes to it later)
@@ -81,19 +81,13 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     report = open(path, "w")
     threads = [f"{t.name} (daemon={t.daemon})" for t in threading.enumerate()]
-    children = sorted(p.name for p in Path("/proc").glob("[0-9]*") if _parent_pid(p) == os.getpid())
-    report.write(f"pid {os.getpid()} at session end: threads {threads}; child processes {children}\n"
+    from sandbox.process import descendants
+
+    report.write(f"pid {os.getpid()} at session end: threads {threads}; descendants {descendants(os.getpid())}\n"
                  f"stacks if still alive {EXIT_REPORT_AFTER_S:g} s later:\n")
     report.flush()
     _exit_report.append(report)
     faulthandler.dump_traceback_later(EXIT_REPORT_AFTER_S, file=report)
-
-
-def _parent_pid(proc_dir: Path) -> int:
-    try:
-        return int((proc_dir / "stat").read_text().rsplit(")", 1)[1].split()[1])
-    except (OSError, IndexError, ValueError):
-        return -1
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
