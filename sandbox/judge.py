@@ -242,7 +242,8 @@ class _Evaluation:
             return
         run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
-        self._on_device(lambda device: self._device_phase(device, ref, run, built))
+        if not pooled or self._await_held(ref, run):
+            self._on_device(lambda device: self._device_phase(device, ref, run, built))
 
     def _baselines_stage(self) -> None:
         """The baselines flow (evaluate_baselines): the reference worker alone, no solution; on
@@ -254,7 +255,24 @@ class _Evaluation:
             self.m.device = info["device"]
             self._baselines(ref, info["baselines_cached"])
 
-        self._on_device(on_device)
+        if not self.lanes.pooled or self._await_held(ref, None):
+            self._on_device(on_device)
+
+    def _await_held(self, ref: WorkerProcess, run: WorkerProcess | None) -> bool:
+        """Wait until the held workers have imported what they need (``stage_seconds
+        ["worker_start"]``: seconds of start-up), so that a device lane is taken for device work
+        only. A worker that dies meanwhile ran no task or solution code yet: a sandbox error."""
+        start = time.monotonic()
+        try:
+            for worker in (ref, run):
+                if worker is not None:
+                    worker.wait_for("held", self.cfg.reference_timeout_s)
+            return True
+        except StageFailure as exc:
+            self.m.fail(ErrorKind.SANDBOX_ERROR, f"held worker start-up: {exc.detail}")
+            return False
+        finally:
+            self.m.stage_seconds["worker_start"] = time.monotonic() - start
 
     def _on_device(self, phase) -> None:
         """``phase(device)`` on a slot of a device lane, every worker killed before the slot is

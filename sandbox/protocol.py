@@ -12,7 +12,9 @@
   them; ``violations``: harness or task tampering found so far, which decides before the check); its
   output travels separately, in shared memory (``sandbox.handover``). The reference
   worker's ``checked`` report is ``sandbox.checks.judge_call``'s result (or ``{"forged": why}``);
-  its ``compiled`` report (after "compile") is ``{"compile_error"}`` (None: compiled).
+  its ``compiled`` report (after "compile") is ``{"compile_error"}`` (None: compiled). A held
+  worker (pooled) reports ``held`` once its imports are done, then waits for
+  ``start DEVICE CPUS`` (``sandbox.process.WorkerProcess.start``) before anything else.
 """
 from __future__ import annotations
 

@@ -280,7 +280,9 @@ def main(argv: list[str]) -> int:
     pin_process(job.get("cpus", ()))
     channel = Channel(job["report_fd"])
     if job.get("hold"):
-        # Held: torch is imported (the slow part of start-up); no CUDA, no solution code yet.
+        # Held: torch is imported (the slow part of start-up); no CUDA, no solution code yet. The
+        # judge takes a device lane only once its held workers said so.
+        channel.report("held", {})
         started = channel.wait_start()
         if started is None:
             return 0

@@ -100,6 +100,44 @@ def test_each_lane_is_held_by_one_evaluation_at_a_time(cfg, small_task, python_s
     assert lanes.served["gpu-a"] + lanes.served["gpu-b"] == 6
 
 
+
+def test_a_lane_is_taken_only_once_the_held_workers_have_started(cfg, small_task, python_solution, monkeypatch):
+    """Worker start-up (Python, torch, the harness: seconds) never holds a lane slot, even when the
+    lane is free the moment the build ends: both held workers report "held" before the slot is
+    taken."""
+    from sandbox import process
+
+    events, lock = [], threading.Lock()
+    wait_for = process.WorkerProcess.wait_for
+
+    def recording_wait_for(self, name, timeout_s):
+        payload = wait_for(self, name, timeout_s)
+        with lock:
+            events.append((name, self.role, time.monotonic()))
+        return payload
+
+    monkeypatch.setattr(process.WorkerProcess, "wait_for", recording_wait_for)
+    lanes = DeviceLanes(["gpu-a"], build_slots=1)
+    original = lanes.device
+
+    def recording_device(cancel):
+        with lock:
+            events.append(("lane", "", time.monotonic()))
+        return original(cancel)
+
+    lanes.device = recording_device
+    pool = SandboxPool(cfg, workers=1)
+    pool.lanes = lanes
+    with pool:
+        result = pool.submit(EvalRequest("one", small_task, python_solution("held", CORRECT))).result()
+    m = result.measurement
+    assert m.correct, m.error_detail
+    held = {role: t for name, role, t in events if name == "held"}
+    lane_at = next(t for name, _, t in events if name == "lane")
+    assert set(held) == {"reference", "run"}
+    assert max(held.values()) <= lane_at
+    assert m.stage_seconds["worker_start"] > 0
+
 def test_cancel_kills_a_running_evaluation_and_spares_the_rest(cfg, small_task, python_solution):
     with SandboxPool(cfg, workers=2) as pool:
         slow = pool.submit(EvalRequest("slow", small_task, python_solution("slow", SLOW)))
