@@ -2,14 +2,15 @@
 # The family's starting actor (docs/family.md): clone from the committed demonstrations plus
 # 3,000 corpus demonstrations (~270 s on an H200), save an fp16 copy to $OUT/actor_corpus
 # (what is committed; it comes back as one tarball, since the device returns at most 8 files), and
-# evaluate that copy on 8 training and 8 held-out tasks, greedy and at temperature 1, for at most
-# EVAL_S seconds (default 240). Usage: bash benchmarks/h200/family_actor.sh
+# evaluate that copy on 8 held-out, then 8 training tasks, greedy and at temperature 1, for at most
+# EVAL_S seconds (default 240). STEPS (default 2400) sets the cloning's steps.
+# Usage: bash benchmarks/h200/family_actor.sh
 set -u
 source benchmarks/h200/setup.sh
 work=outputs/family/actor_work
 mkdir -p $work && tar xzf data/family/demos_cpu.tar.gz -C $work
 ( time python3 scripts/make_family_actor.py --out /tmp/actor_corpus --work-dir $work --size small \
-    --corpus-demos 3000 --steps 2400 --batch-size 8 --device cuda --no-progress ) > "$OUT/make_actor.log" 2>&1
+    --corpus-demos 3000 --steps "${STEPS:-2400}" --batch-size 8 --device cuda --no-progress ) > "$OUT/make_actor.log" 2>&1
 tail -5 "$OUT/make_actor.log"
 python3 - /tmp/actor_corpus /tmp/actor_corpus_fp16 <<'PY'
 import shutil, sys, torch
@@ -25,7 +26,7 @@ print("saved", dst, sum(p.numel() for p in model.parameters()), "parameters")
 PY
 tar czf "$OUT/actor_corpus.tar.gz" -C /tmp actor_corpus_fp16 && ls -l "$OUT/actor_corpus.tar.gz"
 ( time timeout "${EVAL_S:-240}" python3 scripts/eval_family_actor.py --actor /tmp/actor_corpus_fp16 --device cuda \
-    --max-tasks 8 --temperatures 0,1 --workers "${EVAL_WORKERS:-12}" --no-compile-baseline --out /tmp/actor_eval.json ) \
+    --splits heldout,train --max-tasks 8 --temperatures 0,1 --workers "${EVAL_WORKERS:-12}" --no-compile-baseline --out /tmp/actor_eval.json ) \
     > "$OUT/actor_eval.log" 2>&1
 cp /tmp/actor_eval.json "$OUT/" 2>/dev/null
 tail -8 "$OUT/actor_eval.log"

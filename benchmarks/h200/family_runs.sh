@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Issue 17's curves on the lent GPU host (docs/family.md): scripts/family_pipeline.py from the
-# committed actor (data/family/actor_corpus) for SEEDS, the three rewards and the three ablations
+# actor ACTOR (default /tmp/actor_corpus: family_actor.sh's, made by an earlier call on the same
+# warm machine) for SEEDS, the three rewards and the three ablations
 # (warm-up, RFT and value pretraining shared between rewards), the model on the GPU and the family's
 # CPU sandbox on the host's cores, stopped at LIMIT_S. Rerun on the same warm machine to continue:
 # outputs/ stays there between calls, and finished stages are skipped. The small files (metrics.csv,
@@ -9,10 +10,10 @@
 # Usage: bash benchmarks/h200/family_runs.sh [SEEDS] [LIMIT_S]
 set -u
 source benchmarks/h200/setup.sh
-SEEDS=${1:-0} LIMIT=${2:-540}
+SEEDS=${1:-0} LIMIT=${2:-540} ACTOR=${ACTOR:-/tmp/actor_corpus}
 start=$(date +%s)
 # shellcheck disable=SC2086  # EXTRA is a list of arguments
-python3 scripts/family_pipeline.py --actor data/family/actor_corpus --out outputs/family/runs --trainer gpu \
+python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
     --time-budget-s $((LIMIT - 30)) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 ${EXTRA:-} \
     > "$OUT/pipeline.log" 2>&1
