@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The family's starting actor (docs/family.md): clone from the committed demonstrations plus
-# 3,000 corpus demonstrations (~270 s on an H200), save an fp16 copy to $OUT/actor_corpus
+# 3,000 corpus demonstrations (~270 s on an H200), probe it under teacher forcing, save an fp16 copy to $OUT/actor_corpus
 # (what is committed; it comes back as one tarball, since the device returns at most 8 files), and
 # evaluate that copy on 8 held-out, then 8 training tasks, greedy and at temperature 1, for at most
 # EVAL_S seconds (default 240). STEPS (default 2400) sets the cloning's steps.
@@ -12,6 +12,9 @@ mkdir -p $work && tar xzf data/family/demos_cpu.tar.gz -C $work
 ( time python3 scripts/make_family_actor.py --out /tmp/actor_corpus --work-dir $work --size small \
     --corpus-demos 3000 --steps "${STEPS:-2400}" --batch-size 8 --device cuda --no-progress ) > "$OUT/make_actor.log" 2>&1
 tail -5 "$OUT/make_actor.log"
+# Seconds: the chain bodies under teacher forcing, every task of both splits (scripts/probe_family_actor.py).
+python3 scripts/probe_family_actor.py --actor /tmp/actor_corpus --device cuda --max-tasks 0 --out "$OUT/probe.json" \
+    2>&1 | tail -2
 python3 - /tmp/actor_corpus /tmp/actor_corpus_fp16 <<'PY'
 import shutil, sys, torch
 from pathlib import Path

@@ -1,0 +1,67 @@
+"""scripts/probe_family_actor.py: the chain body located token by token, and a real (tiny, random)
+actor scored under teacher forcing on both splits of the committed family set."""
+import importlib.util
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def probe():
+    spec = importlib.util.spec_from_file_location("probe_family_actor", REPO / "scripts" / "probe_family_actor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def random_actor(tmp_path_factory):
+    """The committed demonstrations' tokenizer and a tiny Llama with random weights over it."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    sys.path.insert(0, str(REPO))
+    from src.agent.offline_model import save_policy, small_model_config
+
+    work = tmp_path_factory.mktemp("probe")
+    with tarfile.open(REPO / "data" / "family" / "demos_cpu.tar.gz") as tar:
+        tar.extractall(work, members=[m for m in tar.getmembers() if m.name.startswith("tokenizer")], filter="data")
+    tokenizer = AutoTokenizer.from_pretrained(work / "tokenizer")
+    torch.manual_seed(0)
+    return save_policy(LlamaForCausalLM(small_model_config(tokenizer, "tiny", 8192)), tokenizer, work / "actor")
+
+
+def test_the_body_mask_covers_the_chain_function_and_nothing_else(probe, random_actor):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(random_actor)
+    text = "int a = 1;\nstatic inline float chain(float v) {\n  v = v * 2.0f;\n  return v;\n}\nint b = 2;\n"
+    ids = tokenizer(text)["input_ids"]
+    mask = probe.body_mask(tokenizer, ids)
+    inside = tokenizer.decode([t for t, m in zip(ids, mask) if m])
+    outside = tokenizer.decode([t for t, m in zip(ids, mask) if not m])
+    assert "v = v * 2.0f;" in inside and inside.rstrip().endswith("return v;")
+    assert "int a = 1" in outside and "int b = 2" in outside and "2.0f" not in outside
+
+
+def test_a_random_actor_gets_chain_bodies_wrong_on_both_splits(probe, random_actor, tmp_path, capsys):
+    out = tmp_path / "probe.json"
+    assert probe.main(["--actor", str(random_actor), "--max-tasks", "1", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert [t["split"] for t in report["tasks"]] == ["train", "heldout"]
+    for task in report["tasks"]:
+        assert 0 < task["body_wrong"] <= task["body_tokens"]
+        assert task["reply_nll"] > 1.0  # random weights over a 2k-token vocabulary
+    assert report["splits"]["heldout"]["body_all_correct"] == 0.0
+    assert "heldout: 1 tasks, chain body argmax-correct in 0%" in capsys.readouterr().out
+
+
+def test_a_missing_actor_is_one_clear_error(probe, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        probe.main(["--actor", str(tmp_path / "nope")])
+    assert exc.value.code == 2 and "no such directory" in capsys.readouterr().err
