@@ -129,6 +129,23 @@ def sandbox_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session")
+def load_script() -> Callable[[str], Any]:
+    """Import a script of the repository (benchmarks/, scripts/: no packages) as a module, by its
+    path from the repository root; registered in sys.modules, so its dataclasses find it."""
+    import importlib.util
+
+    def load(relative: str) -> Any:
+        path = REPO_ROOT / relative
+        spec = importlib.util.spec_from_file_location(path.stem, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+        return module
+
+    return load
+
+
+@pytest.fixture(scope="session")
 def example_paths() -> SimpleNamespace:
     """The bundled examples (conftest is not importable under --import-mode=importlib)."""
     return SimpleNamespace(root=REPO_ROOT, examples=EXAMPLES, tasks=EXAMPLE_TASKS,

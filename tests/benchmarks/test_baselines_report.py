@@ -1,5 +1,4 @@
 """benchmarks/baselines_report.py: a baselines run over a small tree, against hand-computed ratios."""
-import importlib.util
 import json
 import math
 import subprocess
@@ -13,11 +12,8 @@ TASK = "class Model: pass\ndef get_inputs(): return []\ndef get_init_inputs(): r
 
 
 @pytest.fixture(scope="module")
-def report_module():
-    spec = importlib.util.spec_from_file_location("baselines_report", REPO / "benchmarks" / "baselines_report.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def report_module(load_script):
+    return load_script("benchmarks/baselines_report.py")
 
 
 @pytest.fixture

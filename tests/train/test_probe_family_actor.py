@@ -1,6 +1,5 @@
 """scripts/probe_family_actor.py: the chain body located token by token, and a real (tiny, random)
 actor scored under teacher forcing on both splits of the committed family set."""
-import importlib.util
 import json
 import sys
 import tarfile
@@ -12,11 +11,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def probe():
-    spec = importlib.util.spec_from_file_location("probe_family_actor", REPO / "scripts" / "probe_family_actor.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def probe(load_script):
+    return load_script("scripts/probe_family_actor.py")
 
 
 @pytest.fixture(scope="module")
