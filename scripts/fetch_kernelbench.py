@@ -33,6 +33,15 @@ hashes; no KernelBench text) in ``benchmarks/kernelbench_manifest.json``, so tha
 again by a later session is checked character for character with ``--manifest`` pointing there.
 
     python scripts/fetch_kernelbench.py --root .kb [--fix] [--record] [--manifest PATH]
+
+Transcribing the tree again (a session with the code index's ``read_file``): ``--lists DIR
+--manifest benchmarks/kernelbench_manifest.json`` writes DIR/part<k>.txt, the manifest's files
+(``REL<TAB>index id<TAB>chars``) in N parts of about equal size (``--parts N``, default 7: one per
+helper). Each transcriber writes ``read_file(id)``'s text, exactly, to ``<root>/REL`` and checks
+what it wrote with ``--files DIR/part<k>.txt`` (or ``--files REL ...``): only those files,
+normalised, against the manifest, one OK / BAD line each. The two baselines files are kept
+reduced: per level and problem, in the source's order, only "mean" and "std", written as
+``json.dumps(reduced, indent=1) + "\n"``. Then the whole tree as above.
 """
 from __future__ import annotations
 
@@ -185,6 +194,43 @@ def record_manifest(root: Path) -> dict:
     return {"files": entries(problems, problem_files(root)), "baselines": entries(baselines, baselines)}
 
 
+def transcription_lists(manifest: dict, parts: int) -> list[list[str]]:
+    """The manifest's files as ``REL<TAB>id<TAB>chars`` lines in ``parts`` lists of about equal size
+    (largest first onto the lightest list), each sorted by name."""
+    entries = {**manifest.get("files", {}), **manifest.get("baselines", {})}
+    lists: list[list[str]] = [[] for _ in range(max(1, parts))]
+    loads = [0] * len(lists)
+    for rel, entry in sorted(entries.items(), key=lambda kv: (-kv[1]["chars"], kv[0])):
+        lightest = loads.index(min(loads))
+        lists[lightest].append(f"{rel}\t{entry.get('id', '')}\t{entry['chars']}")
+        loads[lightest] += entry["chars"]
+    return [sorted(lines) for lines in lists]
+
+
+def check_files(root: Path, manifest: dict, names: list[str]) -> list[str]:
+    """Normalise and check only ``names`` (REL paths, or list files whose lines start with one):
+    one "OK REL" or "BAD REL: why" line each."""
+    entries = {**manifest.get("files", {}), **manifest.get("baselines", {})}
+    rels = []
+    for name in names:
+        listed = Path(name)
+        rels += ([line.split("\t")[0] for line in listed.read_text().splitlines() if line.strip()]
+                 if listed.is_file() and name not in entries else [name])
+    lines = []
+    for rel in rels:
+        path = root / rel
+        if rel not in entries:
+            lines.append(f"BAD {rel}: not in the manifest")
+        elif not path.is_file():
+            lines.append(f"BAD {rel}: missing")
+        else:
+            if rel.startswith("level") and (fixed := normalise_text(rel, path.read_text())) != path.read_text():
+                path.write_text(fixed)
+            errors = check_manifest_entries(root, {rel: entries[rel]})
+            lines.append(f"BAD {errors[0]}" if errors else f"OK {rel}")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--root", type=Path, default=Path(".kb"), help="the KernelBench tree (default .kb)")
@@ -192,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--record", action="store_true",
                         help="write the manifest from <root>/sources/*.json and the files as they are (after --fix)")
     parser.add_argument("--manifest", type=Path, help="the manifest to check against (default <root>/MANIFEST.json)")
+    parser.add_argument("--lists", type=Path, help="write the transcription lists into this folder, then stop")
+    parser.add_argument("--parts", type=int, default=7, help="how many transcription lists (default 7)")
+    parser.add_argument("--files", nargs="+", metavar="REL_OR_LIST",
+                        help="normalise and check only these files (or the files of these lists), then stop")
     args = parser.parse_args(argv)
     manifest_path = args.manifest or args.root / "MANIFEST.json"
     if args.record:
@@ -203,6 +253,18 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     manifest = json.loads(manifest_path.read_text())
+    if args.lists:
+        args.lists.mkdir(parents=True, exist_ok=True)
+        for k, lines in enumerate(transcription_lists(manifest, args.parts)):
+            (args.lists / f"part{k}.txt").write_text("".join(line + "\n" for line in lines))
+        print(f"{args.parts} lists in {args.lists}")
+        return 0
+    if args.files:
+        lines = check_files(args.root, manifest, args.files)
+        print("\n".join(lines))
+        bad = sum(line.startswith("BAD") for line in lines)
+        print(f"{len(lines) - bad} ok, {bad} bad")
+        return 1 if bad else 0
     if args.fix:
         for rel in normalise_tree(args.root):
             print(f"normalised {rel}")

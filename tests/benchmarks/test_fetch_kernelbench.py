@@ -101,3 +101,26 @@ def test_record_writes_the_manifest_that_the_tree_then_verifies_against(fetch, t
     assert fetch.verify(root, manifest, {1: 2}) == []
     (root / "level1" / "2_B.py").write_text(PROBLEM.replace("return x", "return x * 3"))
     assert [e.split(":")[0] for e in fetch.verify(root, manifest, {1: 2})] == ["level1/2_B.py"]
+
+
+def test_transcription_lists_hold_every_file_once_in_balanced_parts(fetch):
+    manifest = {"files": {f"level1/{i}_P.py": {"chars": 100 * i, "sha256": "", "id": str(i)} for i in range(1, 9)},
+                "baselines": {"timing/T/baseline_time_torch.json": {"chars": 50, "sha256": "", "id": "99"}}}
+    parts = fetch.transcription_lists(manifest, 3)
+    lines = [line for part in parts for line in part]
+    assert sorted(line.split("\t")[0] for line in lines) == sorted([*manifest["files"], *manifest["baselines"]])
+    assert "level1/8_P.py\t8\t800" in lines
+    loads = [sum(int(line.split("\t")[2]) for line in part) for part in parts]
+    assert max(loads) - min(loads) <= 800  # no part heavier than another by more than one file
+
+
+def test_checking_some_files_normalises_them_and_names_each(fetch, tiny, tmp_path):
+    root, manifest = tiny
+    (root / "level1" / "1_A.py").write_text(fetch.META_HEADER + PROBLEM)  # a raw fork file
+    (root / "level1" / "2_B.py").write_text(PROBLEM + "# typo\n")
+    listed = tmp_path / "part0.txt"
+    listed.write_text("level1/1_A.py\t1\t10\nlevel1/2_B.py\t2\t10\n")
+    lines = fetch.check_files(root, manifest, [str(listed), "level1/9_Z.py"])
+    assert lines[0] == "OK level1/1_A.py" and (root / "level1" / "1_A.py").read_text() == PROBLEM
+    assert lines[1].startswith("BAD level1/2_B.py: differs from the manifest")
+    assert lines[2] == "BAD level1/9_Z.py: not in the manifest"
