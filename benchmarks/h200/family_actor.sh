@@ -3,7 +3,7 @@
 # 3,000 corpus demonstrations (~270 s on an H200), probe it under teacher forcing, save an fp16 copy to $OUT/actor_corpus
 # (what is committed; it comes back as one tarball, since the device returns at most 8 files), and
 # evaluate that copy on 8 held-out, then 8 training tasks, greedy and at temperature 1, for at most
-# EVAL_S seconds (default 240). STEPS (default 2400) sets the cloning's steps.
+# EVAL_S seconds (default 240; 0: none). STEPS (default 2400) sets the cloning's steps.
 # Usage: bash benchmarks/h200/family_actor.sh
 set -u
 source benchmarks/h200/setup.sh
@@ -28,6 +28,7 @@ for f in src.iterdir():
 print("saved", dst, sum(p.numel() for p in model.parameters()), "parameters")
 PY
 tar czf "$OUT/actor_corpus.tar.gz" -C /tmp actor_corpus_fp16 && ls -l "$OUT/actor_corpus.tar.gz"
+[ "${EVAL_S:-240}" -gt 0 ] || exit 0  # EVAL_S=0: the probe above only
 ( time timeout "${EVAL_S:-240}" python3 scripts/eval_family_actor.py --actor /tmp/actor_corpus_fp16 --device cuda \
     --splits heldout,train --max-tasks 8 --temperatures 0,1 --workers "${EVAL_WORKERS:-12}" --no-compile-baseline --out /tmp/actor_eval.json ) \
     > "$OUT/actor_eval.log" 2>&1
