@@ -13,12 +13,12 @@ import os
 import queue
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
-from sandbox.process import describe_exit, kill_tree, namespaces_available, worker_command as sandbox_command
+from sandbox.process import completed, describe_exit, kill_tree, namespaces_available, worker_command as sandbox_command
 
 from .compose import Candidate
 from .filter_worker import OUT_OF_DEVICE_MEMORY, RUBRICS
@@ -215,7 +215,7 @@ def filter_candidates(cands: Iterable[Candidate], cfg: FilterConfig, work_dir: P
     cands, out_of_memory = list(cands), set()
     with ThreadPoolExecutor(max_workers=cfg.workers) as pool:
         futures = [pool.submit(run, c) for c in cands]
-        for future in as_completed(futures):
+        for future in completed(futures):
             if deadline is not None and time.monotonic() > deadline:
                 for pending in futures:
                     pending.cancel()  # only those not started yet; they yield nothing

@@ -24,7 +24,7 @@ import json
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterator
 
@@ -32,6 +32,7 @@ from .batch import finished_ids
 from .config import SandboxConfig
 from .errors import TaskError
 from .lanes import wait_until
+from .process import completed
 from .trial_size import memory_was_full
 
 
@@ -151,7 +152,7 @@ def time_tasks(todo: list[tuple[Path, str]], cfg: SandboxConfig, workers: int) -
     pool = ThreadPoolExecutor(workers, thread_name_prefix="baselines")
     futures = [pool.submit(timed_record, task, task_id, cfg, lanes, turns, cancel) for task, task_id in todo]
     try:
-        for future in as_completed(futures):
+        for future in completed(futures):
             yield future.result()
     finally:
         cancel.set()  # interrupted (or done): tasks still running end, their workers killed

@@ -31,7 +31,7 @@ import subprocess
 import sys
 import threading
 import traceback
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Iterator, Optional
@@ -41,6 +41,7 @@ from .errors import TaskError
 from .lanes import DeviceLanes
 from .placement import available_cpus
 from .measurement import ErrorKind, Measurement
+from .process import completed
 
 @dataclass(frozen=True)
 class EvalRequest:
@@ -124,7 +125,7 @@ class PoolClient:
     def map(self, requests: Iterable[EvalRequest]) -> Iterator[EvalResult]:
         """Submit every request, yield results as they finish (one per request)."""
         futures = [self.submit(r) for r in requests]
-        for future in as_completed(futures):
+        for future in completed(futures):
             yield future.result()
 
     def __enter__(self):

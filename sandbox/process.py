@@ -17,7 +17,9 @@ import subprocess
 import sys
 import threading
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from pathlib import Path
+from typing import Iterable, Iterator
 
 from .measurement import ErrorKind
 from .placement import format_cpus
@@ -25,6 +27,8 @@ from .protocol import NONCE_COMMANDS, Command
 
 # Seconds between looks at a worker's reports, exit and cancel flag.
 POLL_S = 0.02
+# Seconds between wake-ups of a thread waiting for futures (``completed``).
+FUTURES_POLL_S = 0.5
 # Seconds to keep reading reports after a worker exits (children may still hold the pipe).
 EXIT_GRACE_S = 1.0
 # Seconds to wait for a stopped worker's threads to stop (one in the kernel may take a while).
@@ -270,3 +274,15 @@ def worker_command(module: str, args: list[str], isolate: bool) -> list[str]:
     if not isolate:
         return command
     return [*ISOLATION_PREFIX, "/bin/sh", "-c", '"$@"; exit $?', "sh", *command]
+
+
+def completed(futures: Iterable[Future], poll_s: float = FUTURES_POLL_S) -> Iterator[Future]:
+    """``concurrent.futures.as_completed`` whose waiting thread wakes every ``poll_s``. Python raises
+    a Ctrl-C in the main thread when that thread next runs Python code; the kernel may deliver the
+    signal to another thread, and then an untimed wait for futures that never finish (a task that
+    hangs, timings queued behind it) would outlast the Ctrl-C for good (a baselines run was seen
+    still waiting 60 s after SIGINT)."""
+    pending = set(futures)
+    while pending:
+        done, pending = wait(pending, timeout=poll_s, return_when=FIRST_COMPLETED)
+        yield from done
