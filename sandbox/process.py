@@ -280,8 +280,7 @@ def completed(futures: Iterable[Future], poll_s: float = FUTURES_POLL_S) -> Iter
     """``concurrent.futures.as_completed`` whose waiting thread wakes every ``poll_s``. Python raises
     a Ctrl-C in the main thread when that thread next runs Python code; the kernel may deliver the
     signal to another thread, and then an untimed wait for futures that never finish (a task that
-    hangs, timings queued behind it) would outlast the Ctrl-C for good (a baselines run was seen
-    still waiting 60 s after SIGINT)."""
+    hangs, timings queued behind it) would outlast the Ctrl-C for good (tests/sandbox/test_process.py)."""
     pending = set(futures)
     while pending:
         done, pending = wait(pending, timeout=poll_s, return_when=FIRST_COMPLETED)

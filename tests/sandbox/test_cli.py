@@ -199,9 +199,11 @@ def test_baselines_with_two_workers_write_every_task_once_and_resume_after_an_in
     out = tmp_path / "baselines.jsonl"
     args = baselines_args(root, out, "--workers", "2")
     # PYTHONFAULTHANDLER: a run that does not stop at Ctrl-C is aborted and prints where each thread was.
+    # Ctrl-C at its default in the child: a suite started as a background job inherits SIGINT ignored.
     first = subprocess.Popen([sys.executable, "-m", "sandbox", *map(str, args)], cwd=example_paths.root,
                              env=dict(own_gates_env, PYTHONFAULTHANDLER="1"), stdout=subprocess.DEVNULL,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 180
         # Tasks 1-3 run beside the waiting one; at least two finish before it blocks the lane.

@@ -1,5 +1,6 @@
 """sandbox.process.completed: waiting for futures never outlasts a Ctrl-C, whichever thread of the
-process the kernel delivered it to (the flaky interrupted-baselines run of test_cli)."""
+process the kernel delivered it to."""
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -42,8 +43,10 @@ finally:
 
 
 def run(how: str, timeout_s: float) -> subprocess.CompletedProcess:
+    # Ctrl-C at its default in the child: a suite started as a background job inherits SIGINT ignored.
     return subprocess.run([sys.executable, "-c", SCRIPT, how], capture_output=True, text=True, timeout=timeout_s,
-                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+                          cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+                          preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def test_a_ctrl_c_delivered_to_another_thread_ends_the_wait():
