@@ -242,7 +242,7 @@ class _Evaluation:
             return
         run = self._spawn_with_handover("run", hold=True) if pooled and built else None
         ref = ref or self._spawn_reference(hold=True)
-        if not pooled or self._await_held(ref, run):
+        if self._await_held(ref, run):
             self._on_device(lambda device: self._device_phase(device, ref, run, built))
 
     def _baselines_stage(self) -> None:
@@ -255,13 +255,16 @@ class _Evaluation:
             self.m.device = info["device"]
             self._baselines(ref, info["baselines_cached"])
 
-        if not self.lanes.pooled or self._await_held(ref, None):
+        if self._await_held(ref, None):
             self._on_device(on_device)
 
     def _await_held(self, ref: WorkerProcess, run: WorkerProcess | None) -> bool:
         """Wait until the held workers have imported what they need (``stage_seconds
         ["worker_start"]``: seconds of start-up), so that a device lane is taken for device work
-        only. A worker that dies meanwhile ran no task or solution code yet: a sandbox error."""
+        only. A worker that dies meanwhile ran no task or solution code yet: a sandbox error.
+        Alone, nothing is held: True at once."""
+        if not self.lanes.pooled:
+            return True
         start = time.monotonic()
         try:
             for worker in (ref, run):

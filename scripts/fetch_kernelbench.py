@@ -224,7 +224,8 @@ def check_files(root: Path, manifest: dict, names: list[str]) -> list[str]:
         elif not path.is_file():
             lines.append(f"BAD {rel}: missing")
         else:
-            if rel.startswith("level") and (fixed := normalise_text(rel, path.read_text())) != path.read_text():
+            text = path.read_text()
+            if rel.startswith("level") and (fixed := normalise_text(rel, text)) != text:
                 path.write_text(fixed)
             errors = check_manifest_entries(root, {rel: entries[rel]})
             lines.append(f"BAD {errors[0]}" if errors else f"OK {rel}")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The family's starting actor (docs/family.md): clone from the committed demonstrations plus
-# 3,000 corpus demonstrations (~270 s on an H200), probe it under teacher forcing, save an fp16 copy to $OUT/actor_corpus
-# (what is committed; it comes back as one tarball, since the device returns at most 8 files), and
+# 3,000 corpus demonstrations (~270 s on an H200), probe it under teacher forcing, save an fp16
+# copy to $OUT/actor_corpus (what is committed; it comes back as one tarball, since the device returns at most 8 files), and
 # evaluate that copy on 8 held-out, then 8 training tasks, greedy and at temperature 1, for at most
 # EVAL_S seconds (default 240; 0: none). STEPS (default 2400) sets the cloning's steps.
 # Usage: bash benchmarks/h200/family_actor.sh
