@@ -99,8 +99,8 @@ def test_rendered_task_names_match_the_spec():
 def test_build_family_filters_and_writes_a_loadable_dataset(tmp_path):
     """Real filter workers: a cheap good task is accepted; max of tanh(silu(x)) over 2048
     columns is ~1 in every row, so it fails "nontrivial" and stays out. The good task's eager
-    time (0.15-5 ms on the 2-core dev machine, fresh 4 MiB outputs page-faulting or not) sits inside the runtime rubric's [0.05, 50] ms: at 256 x 512 it once ran
-    in 0.034 ms and was rejected."""
+    time (0.15-5 ms on the 2-core dev machine, its 4 MiB temporary page-faulting or not) sits
+    inside the runtime rubric's [0.05, 50] ms: at 256 x 512 it once ran in 0.034 ms, rejected."""
     good = ChainSpec(("mul_scalar:1.5",), "sum", (2048, 512))
     constant = ChainSpec(("silu", "tanh"), "max", (128, 2048))
     out = tmp_path / "family" / "tasks.parquet"
