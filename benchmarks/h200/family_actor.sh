@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The family's starting actor (docs/family.md): clone from the committed demonstrations plus
-# 3,000 corpus demonstrations (~270 s on an H200 for 2,400 steps), one clone per seed in SEEDS, in
-# parallel on the one GPU (a 4 M-parameter model leaves it mostly idle, so three cost about what
-# one does); probe each under teacher forcing (scripts/probe_family_actor.py), keep the one whose
+# 3,000 corpus demonstrations (~260 s on an H200 for 2,400 steps), one clone per seed in SEEDS, in
+# parallel on the one GPU (they share it: three of 2,400 steps each had not finished after 460 s,
+# so give a call ~250 s per seed); probe each under teacher forcing (scripts/probe_family_actor.py), keep the one whose
 # chain bodies are right in most held-out tasks (then training tasks) as /tmp/actor_corpus, and
 # save its fp16 copy to $OUT/actor_corpus.tar.gz (what is committed; one tarball, since the
 # device returns at most 8 files). Then evaluate that copy on 8 held-out, then 8 training tasks,

@@ -7,6 +7,7 @@
 # afterwards give each phase a whole call:
 #   bash benchmarks/h200/kb_bench.sh 480 0          # the pool over all 30 pairs, then
 #   bash benchmarks/h200/kb_bench.sh 0 540          # the loop; here: bench_kernelbench.py --combine a.json b.json
+# LANE_SLOTS (default 1) evaluations share the GPU's lane at once in the pool (timing stays exclusive).
 # Usage: bash benchmarks/h200/kb_bench.sh POOL_S SEQ_S [PROBLEMS]   (needs .kb, carried)
 set -u
 source benchmarks/h200/setup.sh
@@ -19,6 +20,6 @@ phases=()
 [ "$POOL_S" -gt 0 ] || phases+=(--skip-pool)
 [ "$SEQ_S" -gt 0 ] || phases+=(--skip-sequential)
 python3 benchmarks/bench_kernelbench.py --benchmark-root .kb --solutions examples/kernelbench_solutions \
-    ${PROBLEMS:+--problems "$PROBLEMS"} --pool-budget-s "$POOL_S" --sequential-budget-s "$SEQ_S" "${phases[@]}" \
+    ${PROBLEMS:+--problems "$PROBLEMS"} --pool-budget-s "$POOL_S" --sequential-budget-s "$SEQ_S" --lane-slots "${LANE_SLOTS:-1}" "${phases[@]}" \
     --out "$OUT/kb_bench.json" > "$OUT/kb_bench.md" 2> "$OUT/kb_bench.log"
 echo "bench rc=$?"; head -30 "$OUT/kb_bench.md"
