@@ -2,21 +2,23 @@
 # The family's starting actor (docs/family.md): clone from the committed demonstrations plus
 # 3,000 corpus demonstrations (~260 s on an H200 for 2,400 steps), one clone per seed in SEEDS, in
 # parallel on the one GPU (they share it: three of 2,400 steps each had not finished after 460 s,
-# so give a call ~250 s per seed); probe each under teacher forcing (scripts/probe_family_actor.py), keep the one whose
-# chain bodies are right in most held-out tasks (then training tasks) as /tmp/actor_corpus, and
-# save its fp16 copy to $OUT/actor_corpus.tar.gz (what is committed; one tarball, since the
-# device returns at most 8 files). Then evaluate that copy on 8 held-out, then 8 training tasks,
-# greedy and at temperature 1, for at most EVAL_S seconds (default 240; 0: none).
+# so give a call ~250 s per seed); probe each under teacher forcing (scripts/probe_family_actor.py),
+# keep the one whose chain bodies are right in most held-out tasks (then training tasks) as
+# /tmp/actor_corpus, and save its fp16 copy to $OUT/actor_corpus.tar.gz (what is committed; one
+# tarball, since the device returns at most 8 files). Then evaluate that copy on 8 held-out, then 8
+# training tasks, greedy and at temperature 1, for at most EVAL_S seconds (default 240; 0: none).
 # STEPS (default 2400) sets the cloning's steps, CORPUS (default 3000) its corpus demonstrations.
 # DEVICE (default cuda) is where cloning and probing run.
-# Usage: SEEDS="0 1 2" STEPS=4800 EVAL_S=0 bash benchmarks/h200/family_actor.sh
+# Usage: SEEDS="0 1" STEPS=2400 EVAL_S=0 bash benchmarks/h200/family_actor.sh
 set -u
 source benchmarks/h200/setup.sh
 work=outputs/family/actor_work
 mkdir -p $work && tar xzf data/family/demos_cpu.tar.gz -C $work
 SEEDS=${SEEDS:-0}
+# The host's cores split between the clones (each would otherwise start one torch thread per core).
+threads=$(( $(nproc) / $(echo $SEEDS | wc -w) ))
 for seed in $SEEDS; do
-    ( time python3 scripts/make_family_actor.py --out /tmp/actor_s$seed --work-dir $work --size small \
+    ( time OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) python3 scripts/make_family_actor.py --out /tmp/actor_s$seed --work-dir $work --size small \
         --corpus-demos "${CORPUS:-3000}" --steps "${STEPS:-2400}" --batch-size 8 --device "${DEVICE:-cuda}" --seed $seed \
         --no-progress ) > /tmp/make_actor_s$seed.log 2>&1 &
 done
