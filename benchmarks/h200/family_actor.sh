@@ -17,6 +17,8 @@ mkdir -p $work && tar xzf data/family/demos_cpu.tar.gz -C $work
 SEEDS=${SEEDS:-0}
 # The host's cores split between the clones (each would otherwise start one torch thread per core).
 threads=$(( $(nproc) / $(echo $SEEDS | wc -w) ))
+# A warm machine keeps /tmp: nothing of an earlier call may pass for this call's clones.
+rm -rf /tmp/actor_corpus /tmp/actor_corpus_fp16 /tmp/actor_s* /tmp/probe_s*.json
 for seed in $SEEDS; do
     ( time OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) python3 scripts/make_family_actor.py --out /tmp/actor_s$seed --work-dir $work --size small \
         --corpus-demos "${CORPUS:-3000}" --steps "${STEPS:-2400}" --batch-size 8 --device "${DEVICE:-cuda}" --seed $seed \
@@ -30,7 +32,7 @@ for seed in $SEEDS; do
         --out /tmp/probe_s$seed.json 2>&1 | tail -2 | sed "s/^/seed $seed: /"
 done
 tail -3 "$OUT/make_actor.log"
-python3 - "$OUT/probe.json" $SEEDS <<'PY'
+python3 - "$OUT/probe.json" $SEEDS <<'PY' || exit 1
 import json, shutil, sys
 from pathlib import Path
 probes = {s: json.loads(Path(f"/tmp/probe_s{s}.json").read_text()) for s in sys.argv[2:]
@@ -44,7 +46,6 @@ shutil.rmtree("/tmp/actor_corpus", ignore_errors=True)
 shutil.copytree(f"/tmp/actor_s{best}", "/tmp/actor_corpus")
 print("kept seed", best, "held-out, train bodies right:", score(best))
 PY
-[ -d /tmp/actor_corpus ] || exit 1
 python3 - /tmp/actor_corpus /tmp/actor_corpus_fp16 <<'PY'
 import shutil, sys, torch
 from pathlib import Path
