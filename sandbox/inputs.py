@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import io
 import os
 import random
 import secrets
@@ -27,17 +26,6 @@ class WorkerFailure(Exception):
     def __init__(self, kind: str, detail: str):
         super().__init__(detail)
         self.kind, self.detail = kind, detail
-
-
-def save_tensors(path: Path, obj: Any) -> bytes:
-    """Write ``obj`` atomically; return the bytes written (their digest goes into the report)."""
-    buffer = io.BytesIO()
-    torch.save(obj, buffer)
-    data = buffer.getvalue()
-    tmp = path.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return data
 
 
 def load_module(path: Path, name: str):

@@ -39,6 +39,7 @@ from .measurement import ErrorKind, Measurement, TimingStats
 from .recorder import RecorderError, library_path
 from .solution import materialise, read_solution
 from .task import load_task_source
+from .weights import weights_memory
 # Compiles the operator recorder off the evaluation's thread (once per machine and software).
 RECORDER_BUILDS = ThreadPoolExecutor(1, thread_name_prefix="op-recorder-build")
 
@@ -157,6 +158,8 @@ class _Evaluation:
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
         self.handover = HandoverSockets()
+        # The task's weights, reference -> run worker (sandbox.weights); closed here once both started.
+        self.weights_fd = weights_memory()
         self.checks = CallChecks(m)
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
@@ -165,7 +168,6 @@ class _Evaluation:
         self.cgroups: list[WorkerCgroup] = []
         # The evaluation's hold on its device (set for the device phase; a no-op one until then).
         self.lane = LaneSession(None, "", self.cancel)
-        ref_dir = eval_dir / "reference"
         self.job = {
             "backend": cfg.backend, "task_path": str(eval_dir / "solution" / "model.py"),
             "solution_dir": str(eval_dir / "solution"), "cache_root": str(cfg.cache_root),
@@ -180,7 +182,7 @@ class _Evaluation:
             "cxx_flags": list(cfg.cxx_flags), "nvcc_flags": list(cfg.nvcc_flags),
             "build_jobs": cfg.build_jobs, "compile_timeout_s": cfg.compile_timeout_s,
             "precompiled_header": cfg.precompiled_header,
-            "init_path": str(ref_dir / "init.pt"), "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
+            "tolerance": cfg.tolerance, "max_output_mb": cfg.max_output_mb,
             "device_handover": cfg.device_handover,
         }
         # Device hand-overs cannot be sealed: the run worker is stopped while its output is checked.
@@ -212,6 +214,7 @@ class _Evaluation:
         finally:
             self._close_workers()
             self.handover.close()  # pooled and not built: no worker ever took its end
+            os.close(self.weights_fd)
 
     def _close_workers(self) -> None:
         """Kill every worker (their reports are in; an orderly exit of a torch process costs
@@ -248,7 +251,7 @@ class _Evaluation:
     def _baselines_stage(self) -> None:
         """The baselines flow (evaluate_baselines): the reference worker alone, no solution; on
         its lane slot, the reference run, then the baselines (cached, or compiled and timed)."""
-        ref = self._spawn_reference(hold=self.lanes.pooled)
+        ref = self._spawn_reference(hold=self.lanes.pooled, for_run=False)
 
         def on_device(device: str) -> None:
             info = self._reference_stage(ref, "reference", self._release(ref, device))
@@ -306,7 +309,7 @@ class _Evaluation:
         # Verify-only runs use cached baselines when there are some, and never time new ones.
         if ref_info["baselines_cached"] or self.stop_after == "timing":
             self._baselines(ref, ref_info["baselines_cached"])
-        if run is None:  # alone: the run worker starts now, after the reference wrote init.pt
+        if run is None:  # alone: the run worker starts now, after the reference wrote the weights
             self._run_stage(self._spawn_with_handover("run", hold=False), ref)
         else:
             self._run_stage(run, ref, self._release(run, device))
@@ -354,13 +357,17 @@ class _Evaluation:
                            f"{self.cfg.host_memory_limit_gb:g} GiB"
         return cgroup.procs_files()
 
-    def _spawn_reference(self, hold: bool) -> WorkerProcess:
-        return self._spawn_with_handover("reference", hold)
+    def _spawn_reference(self, hold: bool, for_run: bool = True) -> WorkerProcess:
+        """``for_run``: a run worker will need the task's weights (the baselines flow has none)."""
+        return self._spawn_with_handover("reference", hold, weights=for_run)
 
-    def _spawn_with_handover(self, role: str, hold: bool) -> WorkerProcess:
-        """The run or reference worker, with its end of the hand-over socket (the judge's copy closed)."""
+    def _spawn_with_handover(self, role: str, hold: bool, weights: bool = True) -> WorkerProcess:
+        """The run or reference worker, with its end of the hand-over socket (the judge's copy closed)
+        and, with ``weights``, the weights' shared memory (sandbox.weights)."""
         fd = self.handover.fd(role)
-        worker = self.spawn(role, {"handover_fd": fd}, (fd,), hold=hold)
+        fds = (fd, self.weights_fd) if weights else (fd,)
+        worker = self.spawn(role, {"handover_fd": fd, "weights_fd": self.weights_fd if weights else None}, fds,
+                            hold=hold)
         self.handover.close(role)
         return worker
 

@@ -1,7 +1,8 @@
 """The reference worker (``python -m sandbox.worker reference JOB.json``): trusted harness code
 only, no solution code ever runs here.
 
-It builds the task's Model (its weights go to the run worker through init.pt), checks that one
+It builds the task's Model (its weights go to the run worker through sealed shared memory,
+``sandbox.weights``), checks that one
 trial fits and that the task's inputs reproduce under a seed, compiles the Model with
 torch.compile on "compile" (untimed: the judge holds the device shared meanwhile, so several
 workers compile at once), times the eager and compiled baselines on "go" (or reads them from the
@@ -23,12 +24,13 @@ from .checks import judge_call
 from .config import SandboxConfig
 from .errors import TASK_ERROR
 from .handover import CHANGED, HOST, HandoverError, receive_handover
-from .inputs import (WorkerFailure, call_task, check_inputs, fresh_seed, inputs_digest, load_module, save_tensors,
+from .inputs import (WorkerFailure, call_task, check_inputs, fresh_seed, inputs_digest, load_module,
                      seeded_inputs)
 from .measurement import TimingStats
 from .protocol import Command
 from .timing import measure
 from .trial_size import check_trial_fits, memory_was_full
+from .weights import write_weights
 from .worker_common import Channel, device_name, device_peak_mb, max_rss_mb, timing_config, worker_device
 
 
@@ -38,7 +40,7 @@ def role_reference(job: dict, out: Path, channel: Channel) -> None:
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
-    model = reference_model(task, job, out, device)
+    model = reference_model(task, job, device)
     check_trial_fits(task, job, device)
     check_reproducible_inputs(task, device)
     release_cached_memory(device)
@@ -99,8 +101,8 @@ def check_call(task, model, handover: socket.socket, command: Command, device: t
         handed.close()
 
 
-def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.nn.Module:
-    """The task's Model under the evaluation's init seed; its weights go to init.pt for the run worker."""
+def reference_model(task, job: dict, device: torch.device) -> torch.nn.Module:
+    """The task's Model under the evaluation's init seed; its weights go to the run worker (``sandbox.weights``)."""
     if not (isinstance(getattr(task, "Model", None), type) and issubclass(task.Model, torch.nn.Module)):
         raise WorkerFailure(TASK_ERROR, "Model is not a torch.nn.Module subclass")
     init_inputs = check_inputs(call_task(task, "get_init_inputs"), "get_init_inputs")
@@ -109,8 +111,8 @@ def reference_model(task, job: dict, out: Path, device: torch.device) -> torch.n
         model = task.Model(*init_inputs)
     except Exception as exc:
         raise WorkerFailure(TASK_ERROR, f"Model(*get_init_inputs()) raised {type(exc).__name__}: {exc}") from None
-    save_tensors(out / "init.pt", {"init_inputs": init_inputs,
-                                   "state_dict": {k: v.detach().cpu() for k, v in model.state_dict().items()}})
+    if job["weights_fd"] is not None:  # None: the baselines flow, no run worker
+        write_weights(job["weights_fd"], init_inputs, model)
     return model.to(device)
 
 

@@ -3,7 +3,7 @@ point of every role (this module, run as ``__main__``; nothing imports it there 
 
 Roles:
 - ``reference`` (``sandbox.reference_role``): builds the task's Model (its weights go to the run
-  worker), times the eager and torch.compile baselines (or reads them from the cache), then
+  worker through sealed shared memory, ``sandbox.weights``), times the eager and torch.compile baselines (or reads them from the cache), then
   checks the outputs the run worker hands over, until told to stop. Trusted harness code only.
 - ``build`` (``sandbox.build_role``): compiles the solution (workspace build or the solution's own
   load_inline) and imports it once. Runs solution code.
@@ -51,6 +51,7 @@ from .measurement import ErrorKind, TimingStats
 from .placement import pin_process
 from .reference_role import role_reference
 from .timing import Call, Caller, _perf_counter, harness_fingerprint, tampered_harness, timed_runs
+from .weights import read_weights
 from .worker_common import (Channel, apply_limits, cap_device_memory, confine_if_asked, device_peak_mb, import_solution,
                             max_rss_mb, set_arch_env, timing_config, worker_device)
 
@@ -198,7 +199,7 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
     device = worker_device(job["backend"])
     torch.set_num_threads(job["timing"]["cpu_threads"])
     task = load_module(Path(job["task_path"]), "model")
-    init = torch.load(job["init_path"], weights_only=True)
+    init = read_weights(job["weights_fd"])
     guard = make_guard(job)
     watched = harness_modules()
     harness = harness_fingerprint(watched)

@@ -138,9 +138,8 @@ def apply_limits(job: dict, role: str = "") -> None:
     """Per-evaluation caps on what a worker may consume (hard limits: the solution cannot raise
     them unless it runs as root). data_gen's filter workers use them too (no role)."""
     # The run worker's outputs are files too (memfds handed to the reference worker). The
-    # reference (task code, no solution) writes the task's weights for the run worker (init.pt):
-    # KernelBench has 4 GiB Linears, so its cap is the host's memory, which torch.save's buffer
-    # must fit in anyway.
+    # reference (task code, no solution) writes the task's weights for the run worker into a memfd
+    # (sandbox.weights): KernelBench has 4-8 GiB Linears, so its cap is the host's memory.
     files_mb = job["file_size_limit_mb"]
     if role == "run":
         files_mb = max(files_mb, job["max_output_mb"])

@@ -239,11 +239,14 @@ def test_timed_calls_look_like_verified_calls_on_the_gpu(cfg, tmp_path, signal):
     ws = adversary_workspace(tmp_path, LEARNED.replace("{signal}", GPU_SIGNALS[signal]))
     m = evaluate(RELU_ADD, ws, with_spot_checks(cfg, 1.0))
     if signal == "memory_and_stream" and not m.correct:
-        # The caching allocator's counters also differ between one verified trial and the next
-        # (measured on the H200: the adversary faked trial 3), so keying on them fails a verified
-        # trial first: caught, never rewarded (docs/sandbox.md, threat table).
-        assert m.error == "mismatch" and m.trials_passed < 5 and graduated_reward(m) == -1, \
-            (m.error, m.error_detail, m.violations)
+        # The caching allocator's counters also differ between one verified trial and the next,
+        # so an adversary keyed on them fakes whichever call first looks new: a verified trial
+        # (mismatch; measured on the H200 on 2026-12-01: trial 3) or a timed run, which the spot
+        # check of that run catches (measured on 2026-12-03: timed run 5). Caught either way,
+        # never rewarded (docs/sandbox.md, threat table).
+        faked_trial = m.error == "mismatch" and m.trials_passed < 5
+        faked_timed_run = m.error == "violation" and any(v.startswith("timing_output_mismatch") for v in m.violations)
+        assert (faked_trial or faked_timed_run) and graduated_reward(m) == -1, (m.error, m.error_detail, m.violations)
         return
     assert m.correct and m.error is None, (m.error, m.error_detail, m.violations)
     assert m.spot_checks == COUNTED_TIMING["repeats"] and graduated_reward(m) >= 1
