@@ -56,6 +56,9 @@ SINGLE_TURN_MIX = {"naive": 0.2, "fused": 0.25, "vectorised": 0.3, "wrong": 0.15
 # training-split specs, rendered with the chat template, not judged (the stand-in pre-training
 # corpus: many more chain signatures than the judged tasks, never a held-out one).
 CORPUS_VARIANTS = ("naive", "fused", "vectorised")
+# Where the kernel's chain body starts and ends in every teacher kernel (CPU and CUDA alike): its
+# few tokens decide which ops the kernel computes (scripts/probe_family_actor.py, --body-weight).
+BODY_START, BODY_END = "float chain(", "return v;"
 # The agent settings the demonstrations run under; the pipeline (scripts/family_pipeline.py)
 # gives rollouts the same turn limit.
 MAX_TURNS = 10
@@ -85,6 +88,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=5e-3)
     p.add_argument("--batch-size", type=int, default=4, help="demonstrations per step (0: all)")
     p.add_argument("--target-loss", type=float, default=0.0, help="stop once a step's loss is below")
+    p.add_argument("--body-weight", type=float, default=1.0,
+                   help="loss weight of the chain body's generated tokens (the rest: 1); >1 stresses composition")
     p.add_argument("--device", default="cpu", help="where behaviour cloning runs (cpu, cuda)")
     p.add_argument("--workers", type=int, default=2, help="sandbox workers")
     p.add_argument("--timing-repeats", type=int, default=5, help="timed runs per profile call")
@@ -96,6 +101,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.corpus_demos < 0:
         usage_error(f"--corpus-demos must be >= 0, got {args.corpus_demos}")
+    if args.body_weight <= 0:
+        usage_error(f"--body-weight must be > 0, got {args.body_weight}")
     return args
 
 
@@ -188,6 +195,46 @@ def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -
     return rows
 
 
+def body_mask(tokenizer: Any, ids: list[int], vocabulary: Sequence[str] | None = None) -> list[bool]:
+    """Per token: does it end inside a chain body (from BODY_START to the BODY_END after it; every
+    body of the text, a multi-turn demonstration writes several)? ``vocabulary``: each token id's
+    text (``decoded_vocabulary``), when many texts are masked."""
+    pieces = [vocabulary[t] for t in ids] if vocabulary is not None else tokenizer.batch_decode([[t] for t in ids])
+    ends, total = [], 0
+    for piece in pieces:
+        total += len(piece)
+        ends.append(total)
+    text, spans, start = "".join(pieces), [], 0
+    while (start := text.find(BODY_START, start)) >= 0:
+        stop = text.find(BODY_END, start)
+        stop = len(text) if stop < 0 else stop + len(BODY_END)
+        spans.append((start, stop))
+        start = stop
+    inside, span = [], 0
+    for end in ends:
+        while span < len(spans) and end > spans[span][1]:
+            span += 1
+        inside.append(span < len(spans) and spans[span][0] < end <= spans[span][1])
+    return inside
+
+
+def decoded_vocabulary(tokenizer: Any) -> list[str]:
+    """Each token id's text, decoded alone (the family's texts are ASCII: the pieces concatenate
+    to the text)."""
+    return tokenizer.batch_decode([[t] for t in range(len(tokenizer))])
+
+
+def weigh_bodies(rows: Sequence[dict], tokenizer: Any, weight: float) -> int:
+    """The loss weight of every generated chain-body token set to ``weight`` (in place; the other
+    generated tokens keep 1). Returns how many tokens were reweighted."""
+    count, vocabulary = 0, decoded_vocabulary(tokenizer)
+    for row in rows:
+        body = body_mask(tokenizer, row["token_ids"], vocabulary)
+        row["loss_mask"] = [weight if m and b else m for m, b in zip(row["loss_mask"], body)]
+        count += sum(1 for m, b in zip(row["loss_mask"], body) if m and b)
+    return count
+
+
 def demonstrations(work: Path) -> list[dict]:
     rows = []
     for name in ("demos_multi.jsonl", "demos_single.jsonl"):
@@ -234,6 +281,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
     if not rows:
         usage_error(f"no token-level demonstration in {work}")
     rows += corpus_demonstrations(args.corpus_demos, args.backend, tokenizer, args.seed) if args.corpus_demos else []
+    body_tokens = weigh_bodies(rows, tokenizer, args.body_weight) if args.body_weight != 1 else None
     model, training = clone(args, tokenizer, rows)
     save_policy(model, tokenizer, out)
     lengths = sorted(len(r["token_ids"]) for r in rows)
@@ -243,6 +291,7 @@ def main(argv: Optional[list[str]] = None) -> dict:
              "corpus_signatures": len({r["signature"] for r in rows if "signature" in r}),
              "plans": dict(sorted({r["policy"]: sum(1 for x in rows if x["policy"] == r["policy"]) for r in rows}.items())),
              "tokens": {"min": lengths[0], "median": lengths[len(lengths) // 2], "max": lengths[-1]},
+             "body_weight": args.body_weight, "body_tokens_weighted": body_tokens,
              "training": training, "total_s": round(time.monotonic() - started)}
     (out / "build.json").write_text(json.dumps(build, indent=1) + "\n")
     print(json.dumps({k: v for k, v in build.items() if k != "training"} | {"final_loss": training["final_loss"]}))

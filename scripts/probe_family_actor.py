@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from make_family_actor import single_turn_config  # noqa: E402
+from make_family_actor import body_mask, single_turn_config  # noqa: E402
 
 from data_gen.dataset import load_tasks  # noqa: E402
 from data_gen.family import family_specs  # noqa: E402
@@ -34,19 +34,6 @@ from src.agent.episode import SingleReplyTokens  # noqa: E402
 from src.agent.teacher import Script  # noqa: E402
 
 SPLITS = ("train", "heldout")
-# Where the kernel's chain body starts and ends in every teacher kernel (CPU and CUDA alike).
-BODY_START, BODY_END = "float chain(", "return v;"
-
-
-def body_mask(tokenizer: Any, ids: list[int]) -> list[bool]:
-    """Per token: does it end inside the text from BODY_START to the BODY_END that follows it?"""
-    ends, text = [], ""
-    for token in ids:
-        text += tokenizer.decode([token])
-        ends.append(len(text))
-    start = text.find(BODY_START)
-    stop = text.find(BODY_END, start) + len(BODY_END) if start >= 0 else -1
-    return [start < end <= stop for end in ends]
 
 
 def probe_reply(model: Any, tokenizer: Any, ids: list[int], loss_mask: list[int]) -> dict[str, float]:

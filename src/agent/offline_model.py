@@ -191,8 +191,8 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
                     lr: float = 1e-2, device: str = "cpu", target_loss: float = 0.0, batch_size: int = 0,
                     progress: bool = True) -> list[float]:
     """Teacher forcing on the demonstrations' own (token_ids, loss_mask): the loss counts only
-    the tokens the policy generated (mask 1, end-of-turn included), so the model learns to act,
-    never to imitate observations or prompts. Each step takes ``batch_size`` demonstrations at
+    the tokens the policy generated (mask > 0, end-of-turn included), so the model learns to act,
+    never to imitate observations or prompts; a mask entry above 1 weighs its token more. Each step takes ``batch_size`` demonstrations at
     random (0: all of them); AdamW, warm-up then cosine decay; stops early once a step's loss is
     below ``target_loss``. Returns the loss of every step."""
     import torch
@@ -224,14 +224,15 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
 
 
 def cloning_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_id: int, device: str) -> Any:
-    """The mean cross-entropy of the batch's generated tokens (mask 1), each predicted from the
-    ids before it: what ``model(input_ids, labels=...)`` computes, at less cost. The ids every
-    row starts with (the system prompt, most of a demonstration's tokens) run once for the whole
-    batch and their KV cache is shared by the rows (gradients flow through it: the same
-    gradients as a forward of every row); the LM head runs only where a label is."""
+    """The mean cross-entropy of the batch's generated tokens (mask > 0, each weighted by its mask
+    entry), each predicted from the ids before it: with 0/1 masks, what ``model(input_ids,
+    labels=...)`` computes, at less cost. The ids every row starts with (the system prompt, most
+    of a demonstration's tokens) run once for the whole batch and their KV cache is shared by the
+    rows (gradients flow through it: the same gradients as a forward of every row); the LM head
+    runs only where a label is."""
     import torch
 
-    first_label = min(mask.index(1) for _, mask in batch)
+    first_label = min(next(i for i, w in enumerate(mask) if w > 0) for _, mask in batch)
     shared = min(common_prefix([ids for ids, _ in batch]), first_label - 1)
     decoder, head, cache_name = model.get_decoder(), model.get_output_embeddings(), cache_keyword(model)
     ids, labels, attention = pad_batch([(i[shared:], m[shared:]) for i, m in batch], pad_id, device)
@@ -250,7 +251,10 @@ def cloning_loss(model: Any, batch: Sequence[tuple[list[int], list[int]]], pad_i
     targets = labels[:, 1:]
     keep = targets != -100
     logits = head(hidden[:, :-1][keep])
-    return torch.nn.functional.cross_entropy(logits if logits.element_size() >= 4 else logits.float(), targets[keep])
+    nll = torch.nn.functional.cross_entropy(logits if logits.element_size() >= 4 else logits.float(), targets[keep],
+                                            reduction="none")
+    weights = torch.tensor([w for _, m in batch for w in m[shared + 1:] if w > 0], dtype=nll.dtype, device=device)
+    return (nll * weights).sum() / weights.sum()
 
 
 def common_prefix(rows: Sequence[list[int]]) -> int:
@@ -279,9 +283,11 @@ def pad_batch(examples: Sequence[tuple[list[int], list[int]]], pad_id: int, devi
     for row, (tokens, mask) in enumerate(examples):
         if len(tokens) != len(mask):
             raise ValueError(f"demonstration {row}: {len(tokens)} ids but {len(mask)} mask entries")
+        if min(mask, default=0) < 0 or max(mask, default=0) <= 0:
+            raise ValueError(f"demonstration {row}: mask entries must be >= 0 (a token's weight), some > 0")
         n = len(tokens)
         ids[row, :n] = torch.tensor(tokens)
-        labels[row, :n] = torch.where(torch.tensor(mask) == 1, torch.tensor(tokens), torch.tensor(-100))
+        labels[row, :n] = torch.where(torch.tensor(mask) > 0, torch.tensor(tokens), torch.tensor(-100))
         attention[row, :n] = 1
     return ids.to(device), labels.to(device), attention.to(device)
 

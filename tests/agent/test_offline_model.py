@@ -143,6 +143,35 @@ def test_cloning_loss_is_the_mean_over_the_masked_tokens_only(bpe_tokenizer):
     assert len(targets) == len(reply) and loss == pytest.approx(expected.item(), rel=1e-4)
 
 
+def test_mask_entries_above_one_weigh_their_tokens_more(bpe_tokenizer):
+    # make_family_actor's --body-weight: the chain body's few tokens decide what a kernel computes.
+    import torch
+    from transformers import LlamaForCausalLM
+
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(small_model_config(bpe_tokenizer, "tiny", max_positions=512)).double()
+    ids, mask, reply = cloning_example(bpe_tokenizer)
+    other = ids[:30] + [int(t) for t in torch.randint(10, len(bpe_tokenizer), (25,))]
+    weighted = list(mask)
+    weighted[-3:] = [10, 10, 10]  # the reply's last three tokens
+    batch = [(ids, weighted), (other, [0] * 40 + [1] * 10 + [4] * 5)]
+    loss = cloning_loss(model, batch, bpe_tokenizer.pad_token_id, "cpu")
+    nll, weights = [], []
+    with torch.no_grad():
+        for row_ids, row_mask in batch:
+            logits = model(input_ids=torch.tensor([row_ids])).logits[0]
+            for t in range(1, len(row_ids)):  # token t is predicted from position t - 1
+                if row_mask[t]:
+                    nll.append(torch.nn.functional.cross_entropy(logits[t - 1], torch.tensor(row_ids[t])))
+                    weights.append(row_mask[t])
+    nll, weights = torch.stack(nll), torch.tensor(weights, dtype=torch.float64)
+    expected = (nll * weights).sum() / weights.sum()
+    assert loss.item() == pytest.approx(expected.item(), rel=1e-8)
+    assert abs(expected.item() - nll.mean().item()) > 1e-3  # the weights change the loss
+    with pytest.raises(ValueError, match="mask entries must be >= 0"):
+        pad_batch([(ids, [-1] + mask[1:])], bpe_tokenizer.pad_token_id, "cpu")
+
+
 def test_the_shared_prefix_loss_has_the_gradients_of_a_plain_forward(bpe_tokenizer):
     """cloning_loss runs the rows' common prefix once and the LM head only on labels: the loss
     and every gradient equal those of a plain forward over the padded rows."""

@@ -45,6 +45,24 @@ def test_the_body_mask_covers_the_chain_function_and_nothing_else(probe, random_
     assert "int a = 1" in outside and "int b = 2" in outside and "2.0f" not in outside
 
 
+def test_every_generated_body_of_a_demonstration_is_weighted(load_script, random_actor):
+    # A multi-turn demonstration writes the kernel more than once: each body counts, and only
+    # where the policy generated it (a body in an observation is not a label).
+    from transformers import AutoTokenizer
+
+    actor = load_script("scripts/make_family_actor.py")
+    tokenizer = AutoTokenizer.from_pretrained(random_actor)
+    body = "static inline float chain(float v) {\n  v = v * 2.0f;\n  return v;\n}\n"
+    shown, written = tokenizer("observation: " + body)["input_ids"], tokenizer("reply: " + body + "done")["input_ids"]
+    row = {"token_ids": shown + written, "loss_mask": [0] * len(shown) + [1] * len(written)}
+    weighted = actor.weigh_bodies([row], tokenizer, 5.0)
+    assert sum(actor.body_mask(tokenizer, row["token_ids"])[:len(shown)]) > 0  # the shown body is found too
+    assert row["loss_mask"][:len(shown)] == [0] * len(shown)
+    heavy = [t for t, w in zip(row["token_ids"], row["loss_mask"]) if w == 5.0]
+    assert len(heavy) == weighted > 0 and "v = v * 2.0f;" in tokenizer.decode(heavy)
+    assert "done" in tokenizer.decode([t for t, w in zip(row["token_ids"], row["loss_mask"]) if w == 1])
+
+
 def test_a_random_actor_gets_chain_bodies_wrong_on_both_splits(probe, random_actor, tmp_path, capsys):
     out = tmp_path / "probe.json"
     assert probe.main(["--actor", str(random_actor), "--max-tasks", "1", "--out", str(out)]) == 0
