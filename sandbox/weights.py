@@ -6,7 +6,7 @@ worker writes the Model's init inputs and state dict into it as a torch.save arc
 archive (``torch.load(mmap=True)``) instead of reading it. Nothing goes to disk, and the memory is
 gone with the evaluation's last descriptor. KernelBench's big Linears (4-8 GiB of fp32 weights)
 made this the reference's and the run worker's longest step: a file through torch.save and
-torch.load took 12 s + 8 s for 4.3 GB on the dev CPU, this 2 s + 1 s (docs/benchmarks.md).
+torch.load took 14 s + 13 s for 4.3 GB on the dev CPU, this 2.5 s + 0.7 s (docs/benchmarks.md).
 """
 from __future__ import annotations
 

@@ -7,7 +7,8 @@
 # afterwards give each phase a whole call:
 #   bash benchmarks/h200/kb_bench.sh 480 0          # the pool over all 30 pairs, then
 #   bash benchmarks/h200/kb_bench.sh 0 540          # the loop; here: bench_kernelbench.py --combine a.json b.json
-# LANE_SLOTS (default 1) evaluations share the GPU's lane at once in the pool (timing stays exclusive).
+# LANE_SLOTS (default 1) evaluations share the GPU's lane at once in the pool (timing stays exclusive);
+# LANE_SLOTS=2 judged all 30 pairs in 315 s on 2026-12-03 (6.1x the loop; docs/benchmarks.md).
 # Usage: bash benchmarks/h200/kb_bench.sh POOL_S SEQ_S [PROBLEMS]   (needs .kb, carried)
 set -u
 source benchmarks/h200/setup.sh
