@@ -39,7 +39,7 @@ from .measurement import ErrorKind, Measurement, TimingStats
 from .recorder import RecorderError, library_path
 from .solution import materialise, read_solution
 from .task import load_task_source
-from .weights import weights_memory
+from .weights import WeightsMemory
 # Compiles the operator recorder off the evaluation's thread (once per machine and software).
 RECORDER_BUILDS = ThreadPoolExecutor(1, thread_name_prefix="op-recorder-build")
 
@@ -158,8 +158,8 @@ class _Evaluation:
         self.solution_key, self.lanes = solution_key, lanes
         self.cancel = cancel or threading.Event()
         self.handover = HandoverSockets()
-        # The task's weights, reference -> run worker (sandbox.weights); closed here once both started.
-        self.weights_fd = weights_memory()
+        # The task's weights, reference -> run worker (sandbox.weights).
+        self.weights = WeightsMemory()
         self.checks = CallChecks(m)
         why_not = namespaces_available() if cfg.isolate else "disabled by config (isolate: false)"
         self.isolate = not why_not
@@ -214,7 +214,7 @@ class _Evaluation:
         finally:
             self._close_workers()
             self.handover.close()  # pooled and not built: no worker ever took its end
-            os.close(self.weights_fd)
+            self.weights.close()  # no run worker came (not built, a task error, the baselines flow)
 
     def _close_workers(self) -> None:
         """Kill every worker (their reports are in; an orderly exit of a torch process costs
@@ -364,11 +364,12 @@ class _Evaluation:
     def _spawn_with_handover(self, role: str, hold: bool, weights: bool = True) -> WorkerProcess:
         """The run or reference worker, with its end of the hand-over socket (the judge's copy closed)
         and, with ``weights``, the weights' shared memory (sandbox.weights)."""
-        fd = self.handover.fd(role)
-        fds = (fd, self.weights_fd) if weights else (fd,)
-        worker = self.spawn(role, {"handover_fd": fd, "weights_fd": self.weights_fd if weights else None}, fds,
-                            hold=hold)
+        fd, weights_fd = self.handover.fd(role), self.weights.fd if weights else None
+        worker = self.spawn(role, {"handover_fd": fd, "weights_fd": weights_fd},
+                            (fd,) if weights_fd is None else (fd, weights_fd), hold=hold)
         self.handover.close(role)
+        if weights_fd is not None:
+            self.weights.passed_to(role)
         return worker
 
     def _build_stage(self) -> bool:

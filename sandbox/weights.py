@@ -29,6 +29,27 @@ def weights_memory() -> int:
     return os.memfd_create("sandbox-weights", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
 
 
+class WeightsMemory:
+    """The judge's descriptor of one evaluation's weights memfd, kept only until the reference
+    and the run worker both hold theirs: from then on the memory lives exactly as long as the
+    workers need it (each closes its descriptor once used; the run worker's mapping goes with
+    the archive once ModelNew holds the weights)."""
+
+    def __init__(self):
+        self.fd: int | None = weights_memory()
+        self._waiting = {"reference", "run"}
+
+    def passed_to(self, role: str) -> None:
+        self._waiting.discard(role)
+        if not self._waiting:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
 def write_weights(fd: int, init_inputs: list, model: torch.nn.Module) -> None:
     """The Model's init inputs and state dict (on the CPU) into ``fd``, then sealed; ``fd`` is
     closed (the judge's copy keeps the memory until the run worker mapped it)."""

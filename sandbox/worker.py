@@ -219,6 +219,7 @@ def role_run(job: dict, out: Path, channel: Channel) -> None:
         torch.manual_seed(job["init_seed"])
         model = model_cls(*init["init_inputs"])
         weights_loaded = load_matching_weights(model, init["state_dict"])
+        init = None  # the archive's mapping goes (what ModelNew kept of it stays)
         caller = Caller(guarded_forward(model.to(device), guard), inputs, cfg, device)
         if guard:
             guard.arm()

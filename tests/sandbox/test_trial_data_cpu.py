@@ -327,8 +327,9 @@ def test_trial_size_comes_from_the_meta_device_or_else_from_real_inputs():
 
 def test_task_weights_larger_than_the_file_size_limit_reach_the_run_worker(sandbox_cache, example_paths):
     # KernelBench's level-2 56_Matmul_Sigmoid_Sum holds 4 GiB of Linear weights: the reference's
-    # hand-over of them (init.pt) outgrew the 4 GiB file_size_limit_mb and the task was judged a
-    # task error (EFBIG) on the H200. Here 4 MiB of weights against a 2 MiB limit.
+    # hand-over of them (then a file, init.pt) outgrew the 4 GiB file_size_limit_mb and the task
+    # was judged a task error (EFBIG) on the H200. A memfd's writes count against that limit too
+    # (RLIMIT_FSIZE). Here 4 MiB of weights against a 2 MiB limit.
     cfg = SandboxConfig(backend="cpu", cache_dir=str(sandbox_cache), file_size_limit_mb=2, compile_baseline=False,
                         timing=TimingConfig(warmup=1, warmup_ms=0, repeats=2))
     m = evaluate(example_paths.linear_relu_task, example_paths.cpu_solutions / "linear_relu_workspace", cfg)

@@ -9,7 +9,7 @@ import torch
 
 from sandbox.inputs import WorkerFailure
 from sandbox.measurement import ErrorKind
-from sandbox.weights import read_weights, weights_memory, write_weights
+from sandbox.weights import WeightsMemory, read_weights, weights_memory, write_weights
 
 
 def closed(fd: int) -> bool:
@@ -55,3 +55,13 @@ def test_the_run_worker_refuses_weights_the_reference_did_not_seal():
     with pytest.raises(WorkerFailure, match="not written and sealed"):
         read_weights(os.dup(memfd))
     os.close(memfd)
+
+
+def test_the_judge_keeps_its_descriptor_only_until_both_workers_hold_theirs():
+    memory = WeightsMemory()
+    fd = memory.fd
+    memory.passed_to("run")  # pooled: the run worker is spawned (held) before the reference
+    assert memory.fd == fd and not closed(fd)
+    memory.passed_to("reference")
+    assert memory.fd is None and closed(fd)
+    memory.close()  # the evaluation's end closes nothing twice
