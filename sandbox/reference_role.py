@@ -2,12 +2,12 @@
 only, no solution code ever runs here.
 
 It builds the task's Model (its weights go to the run worker through sealed shared memory,
-``sandbox.weights``), checks that one
-trial fits and that the task's inputs reproduce under a seed, compiles the Model with
-torch.compile on "compile" (untimed: the judge holds the device shared meanwhile, so several
-workers compile at once), times the eager and compiled baselines on "go" (or reads them from the
-cache), then checks each output the run worker hands over ("check SEED"): it regenerates that
-call's inputs from the seed, computes the reference and compares, here. It stays until told to stop.
+``sandbox.weights``), checks that one trial fits and that the task's inputs reproduce under a
+seed, compiles the Model with torch.compile on "compile" (untimed: the judge holds the device
+shared meanwhile, so several workers compile at once), times the eager and compiled baselines on
+"go" (or reads them from the cache), then checks each output the run worker hands over ("check
+SEED"): it regenerates that call's inputs from the seed, computes the reference and compares,
+here. It stays until told to stop.
 """
 from __future__ import annotations
 

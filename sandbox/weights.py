@@ -52,7 +52,7 @@ class WeightsMemory:
 
 def write_weights(fd: int, init_inputs: list, model: torch.nn.Module) -> None:
     """The Model's init inputs and state dict (on the CPU) into ``fd``, then sealed; ``fd`` is
-    closed (the judge's copy keeps the memory until the run worker mapped it)."""
+    closed (the run worker's own descriptor keeps the memory until it maps it)."""
     state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
     # Shared memory that is sealed once written needs no checksum; computing it was 3/4 of the save.
     if hasattr(torch.serialization, "set_crc32_options"):

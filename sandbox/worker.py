@@ -3,8 +3,9 @@ point of every role (this module, run as ``__main__``; nothing imports it there 
 
 Roles:
 - ``reference`` (``sandbox.reference_role``): builds the task's Model (its weights go to the run
-  worker through sealed shared memory, ``sandbox.weights``), times the eager and torch.compile baselines (or reads them from the cache), then
-  checks the outputs the run worker hands over, until told to stop. Trusted harness code only.
+  worker through sealed shared memory, ``sandbox.weights``), times the eager and torch.compile
+  baselines (or reads them from the cache), then checks the outputs the run worker hands over,
+  until told to stop. Trusted harness code only.
 - ``build`` (``sandbox.build_role``): compiles the solution (workspace build or the solution's own
   load_inline) and imports it once. Runs solution code.
 - ``run`` (here): runs ModelNew on the verified trials, hands the outputs over, then times it on
