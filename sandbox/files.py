@@ -1,7 +1,10 @@
-"""Files that appear whole or not at all: caches shared by concurrent builds and processes."""
+"""Files that appear whole or not at all: caches shared by concurrent builds and processes, and
+sealed shared memory (a memfd nobody can change once its writer sealed it: the hand-over of
+checked outputs, sandbox.handover, and of the task's weights, sandbox.weights)."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import tempfile
 from pathlib import Path
@@ -22,3 +25,12 @@ def replaced_atomically(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+# What a writer's seal forbids: any write, any change of size, any further change of the seals.
+SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
+
+
+def is_sealed(fd: int) -> bool:
+    """Whether the memfd ``fd`` carries every seal of SEALS."""
+    return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS

@@ -39,10 +39,10 @@ import torch
 
 from .compare import chunks
 from .device_memory import DeviceBuffer, DeviceMemoryError, granularity, unavailable
+from .files import SEALS, is_sealed
 from .inputs import WorkerFailure, device_fingerprint, secret_mix
 from .measurement import ErrorKind
 
-SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 # Bytes copied device -> host per step (bounds the staging memory of a device output).
 CHUNK_BYTES = 64 << 20
 # Largest header accepted (the layout of an output: a few entries per tensor).
@@ -288,7 +288,7 @@ def receive_handover(sock: socket.socket, nonce: str, device: torch.device) -> H
             raise HandoverError("wrong or missing nonce")
         if header.get("channel") == DEVICE:
             return _open_on_device(fds[0], header, device)
-        if fcntl.fcntl(fds[0], fcntl.F_GET_SEALS) & SEALS != SEALS:
+        if not is_sealed(fds[0]):
             raise HandoverError("the output's shared memory is not sealed")
         tensors = _map_tensors(fds[0], header, device)
         return Handed(header, rebuild(header["layout"], tensors))

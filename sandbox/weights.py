@@ -16,12 +16,9 @@ from typing import Any
 
 import torch
 
+from .files import SEALS, is_sealed
 from .inputs import WorkerFailure
 from .measurement import ErrorKind
-
-# What the reference worker's seal forbids: any write, any change of size, any further seal change.
-SEALS = fcntl.F_SEAL_WRITE | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_SEAL
-
 
 def weights_memory() -> int:
     """A fresh memfd for one evaluation's weights (close-on-exec: it reaches only the workers it
@@ -68,7 +65,7 @@ def read_weights(fd: int) -> dict[str, Any]:
     Unsealed or empty memory means the reference worker did not finish: a sandbox error. ``fd``
     is closed: solution code, imported later, finds no shared memory open in its process."""
     try:
-        if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS != SEALS or os.fstat(fd).st_size == 0:
+        if not is_sealed(fd) or os.fstat(fd).st_size == 0:
             raise WorkerFailure(ErrorKind.SANDBOX_ERROR,
                                 "the task's weights were not written and sealed by the reference worker")
         return torch.load(f"/proc/self/fd/{fd}", weights_only=True, mmap=True)
