@@ -197,25 +197,37 @@ def cpu_preamble(chain: KernelChain, vectorised: bool) -> list[str]:
     return head + ([CPU_FAST_MATH] if vectorised and needs_exp else [])
 
 
+def chain_arguments(chain: KernelChain, operand_value) -> list[str]:
+    """chain()'s arguments after v, op by op in chain order: each op's operand value
+    (``operand_value(operand)``), then its constants. One pass over the ops, so that a model
+    writing the signature reads the ops once, left to right."""
+    return [value for b in chain.steps
+            for value in ([operand_value(b.operand)] if b.operand else []) + list(b.constants)]
+
+
 def chain_function(chain: KernelChain, backend: str, vectorised: bool) -> list[str]:
-    """``chain(v, operand values..., constants...)``: the elementwise part on one element."""
+    """``chain(v, each op's operand and constants...)``: the elementwise part on one element. A
+    comment names the ops above it and each op above its line: the code says which op each line
+    computes (a reader checks it against model.py; a small model cloned on these kernels copies
+    the op's name first and then writes its line, one local step at a time)."""
     exp, tanh = math_names(backend, vectorised)
     qualifier = "__device__ __forceinline__ float" if backend == "cuda" else INLINE[vectorised]
-    params = ["float v", *[f"float {o.name}" for o in operands(chain)], *[f"float {c}" for c in constants(chain)]]
-    body = [f"  v = {step_expr(b, b.operand.name if b.operand else '', exp, tanh)};" for b in chain.steps]
-    return [f"{qualifier} chain({', '.join(params)}) {{", *body, "  return v;", "}", ""]
+    params = ["float v", *[f"float {name}" for name in chain_arguments(chain, lambda o: o.name)]]
+    body = [line for b in chain.steps
+            for line in (f"  // {b.name}", f"  v = {step_expr(b, b.operand.name if b.operand else '', exp, tanh)};")]
+    ops = " -> ".join(b.name for b in chain.steps) or "identity"
+    return [f"// On one element: {ops}.", f"{qualifier} chain({', '.join(params)}) {{", *body, "  return v;", "}", ""]
 
 
 def chain_call(chain: KernelChain, x: str, index: str, column: str) -> str:
     """chain(...) on one element: x, each operand at ``index`` (inputs) or ``column`` (params)."""
-    values = [f"{o.name}[{index if o.role == 'input' else column}]" for o in operands(chain)]
-    return f"chain({', '.join([x, *values, *constants(chain)])})"
+    values = chain_arguments(chain, lambda o: f"{o.name}[{index if o.role == 'input' else column}]")
+    return f"chain({', '.join([x, *values])})"
 
 
 def lane_call(chain: KernelChain, lane: str) -> str:
     """chain(...) on one lane of float4 loads named xv, <operand>_v."""
-    values = [f"{o.name}_v.{lane}" for o in operands(chain)]
-    return f"chain({', '.join([f'xv.{lane}', *values, *constants(chain)])})"
+    return f"chain({', '.join([f'xv.{lane}', *chain_arguments(chain, lambda o: f'{o.name}_v.{lane}')])})"
 
 
 def launcher_head(backend: str) -> str:

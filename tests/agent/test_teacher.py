@@ -96,6 +96,26 @@ def test_vectorised_needs_aligned_rows_on_cuda_only():
         write_solution(odd, "vectorised", "cuda")
 
 
+@pytest.mark.parametrize("backend,variant", [("cpu", "fused"), ("cpu", "vectorised"), ("cuda", "fused")])
+def test_the_chain_names_each_op_above_its_line_and_takes_its_values_op_by_op(backend, variant):
+    # An input op between two constant ops: chain()'s parameters and every call's arguments
+    # follow the ops left to right (an operand, then the op's constants), and a comment names
+    # each op on the line above the line that computes it.
+    spec = ChainSpec(("leaky_relu:0.1", "mul_input", "clamp:-1.0:1.0"), "sum", (16, 256))
+    source = next(t for p, t in write_solution(spec, variant, backend).files.items() if p.startswith(KERNEL_STEM))
+    lines = source.splitlines()
+    head = next(n for n, line in enumerate(lines) if " chain(float v" in line)
+    assert lines[head - 1] == "// On one element: leaky_relu -> mul_input -> clamp."
+    params = lines[head].split("chain(")[1].split(")")[0]
+    assert params == "float v, float negative_slope, float y, float min_value, float max_value"
+    assert lines[head + 1:head + 7] == ["  // leaky_relu", "  v = v > 0.0f ? v : v * negative_slope;",
+                                        "  // mul_input", "  v = v * y;", "  // clamp",
+                                        "  v = v < min_value ? min_value : (v > max_value ? max_value : v);"]
+    calls = [line.split("chain(", 1)[1] for line in lines[head + 8:] if "chain(" in line]
+    assert calls and all(", negative_slope, y" in c and c.rstrip(");").endswith("min_value, max_value")
+                         for c in calls), calls
+
+
 def test_every_plan_is_a_script_of_valid_calls():
     spec = SPECS[0]
     for plan in PLANS:
