@@ -48,6 +48,7 @@ from src.agent.offline_model import (behaviour_clone, build_chat_tokenizer, chat
                                      small_model_config)
 from src.agent.policies import ScriptedPolicy  # noqa: E402
 from src.agent.teacher import Script, available, corpus_texts, teacher_episodes, vectorisable, write_tasks  # noqa: E402
+from src.agent.teacher_kernels import BINDING_PATH  # noqa: E402
 
 # Single-turn demonstrations (the warm-up's mode: one reply of write_file calls, judged once):
 # which variant the reply writes, so the warm-up sees every reward from -1 to 3.
@@ -81,6 +82,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--single-turn", type=float, default=0.5, help="single-turn episodes per multi-turn one")
     p.add_argument("--corpus-demos", type=int, default=0,
                    help="unjudged single-turn demonstrations on sampled training-split specs (CORPUS_VARIANTS)")
+    p.add_argument("--pretrain-snippets", type=int, default=0,
+                   help="short (task code -> reply) snippets on sampled training-split specs, cloned first")
+    p.add_argument("--pretrain-steps", type=int, default=1500, help="cloning steps on the snippets")
+    p.add_argument("--pretrain-batch-size", type=int, default=32, help="snippets per pre-training step")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--size", default="actor", help="offline_model.MODEL_SIZES: tiny, actor, small, base")
     p.add_argument("--max-positions", type=int, default=16384, help="the model's context")
@@ -101,6 +106,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.corpus_demos < 0:
         usage_error(f"--corpus-demos must be >= 0, got {args.corpus_demos}")
+    if args.pretrain_snippets < 0 or args.pretrain_steps < 1 or args.pretrain_batch_size < 1:
+        usage_error("--pretrain-snippets must be >= 0, --pretrain-steps and --pretrain-batch-size >= 1")
     if args.body_weight <= 0:
         usage_error(f"--body-weight must be > 0, got {args.body_weight}")
     return args
@@ -195,6 +202,25 @@ def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -
     return rows
 
 
+def snippet_examples(count: int, backend: str, tokenizer: Any, seed: int) -> list[tuple[list[int], list[int]]]:
+    """``count`` short (token_ids, loss_mask) pairs: a sampled training-split task's code, then a
+    correct variant's reply (its thought and write_file calls, JSON-escaped as in an episode;
+    without the fixed binding file), the reply's tokens labelled. ~600 tokens against an episode's
+    ~2,500 (no system prompt, no tool schemas), so the model sees each op chosen from the task's
+    code a few hundred tokens before it: cloned first, they teach composing, which the long
+    demonstrations alone did not (docs/family.md)."""
+    rng, examples = random.Random(f"snippets:{seed}"), []
+    specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 2) if s.split() == "train"][:count]
+    for spec in specs:
+        variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])
+        thought, calls = Script(spec, backend).write(variant)
+        reply = thought + "\n" + "".join(c for c in calls if json.dumps(BINDING_PATH) not in c)
+        prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
+        target = tokenizer(reply)["input_ids"] + [tokenizer.eos_token_id]
+        examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
+    return examples
+
+
 def body_mask(tokenizer: Any, ids: list[int], vocabulary: Sequence[str] | None = None) -> list[bool]:
     """Per token: does it end inside a chain body (from BODY_START to the BODY_END after it; every
     body of the text, a multi-turn demonstration writes several)? ``vocabulary``: each token id's
@@ -260,14 +286,23 @@ def clone(args: argparse.Namespace, tokenizer: Any, rows: Sequence[dict]) -> tup
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(small_model_config(tokenizer, args.size, args.max_positions))
     examples = [(r["token_ids"], r["loss_mask"]) for r in rows]
-    start = time.monotonic()
+    start, pretraining = time.monotonic(), None
+    if args.pretrain_snippets:
+        snippets = snippet_examples(args.pretrain_snippets, args.backend, tokenizer, args.seed)
+        losses = behaviour_clone(model, snippets, tokenizer.pad_token_id, args.pretrain_steps, args.lr, args.device,
+                                 0.0, args.pretrain_batch_size, progress=not args.no_progress)
+        pretraining = {"snippets": len(snippets), "steps": len(losses), "batch_size": args.pretrain_batch_size,
+                       "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0], "final_loss": losses[-1],
+                       "median_tokens": sorted(len(ids) for ids, _ in snippets)[len(snippets) // 2]}
+        start = time.monotonic()
     losses = behaviour_clone(model, examples, tokenizer.pad_token_id, args.steps, args.lr, args.device,
                              args.target_loss, args.batch_size, progress=not args.no_progress)
     every = max(1, len(losses) // 20)
     return model.cpu(), {"steps": len(losses), "lr": args.lr, "batch_size": args.batch_size, "device": args.device,
                          "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
                          "final_loss": losses[-1], "loss_curve": [[i, round(losses[i], 5)]
-                                                                  for i in range(0, len(losses), every)]}
+                                                                  for i in range(0, len(losses), every)],
+                         "pretraining": pretraining}
 
 
 def main(argv: Optional[list[str]] = None) -> dict:

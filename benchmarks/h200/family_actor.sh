@@ -9,7 +9,8 @@
 # training tasks, greedy and at temperature 1, for at most EVAL_S seconds (default 240; 0: none).
 # STEPS (default 2400) sets the cloning's steps, CORPUS (default 3000) its corpus demonstrations.
 # DEVICE (default cuda) is where cloning and probing run. BODY_WEIGHT (default 1) is the loss weight
-# of the chain bodies' tokens (make_family_actor.py --body-weight).
+# of the chain bodies' tokens (make_family_actor.py --body-weight). PRETRAIN (default 0) short
+# snippets (task code -> reply) are cloned first for PRETRAIN_STEPS (default 1500) steps of 32.
 # Usage: SEEDS="0 1" STEPS=2400 EVAL_S=0 bash benchmarks/h200/family_actor.sh
 set -u
 source benchmarks/h200/setup.sh
@@ -23,6 +24,7 @@ rm -rf /tmp/actor_corpus /tmp/actor_corpus_fp16 /tmp/actor_s* /tmp/probe_s*.json
 for seed in $SEEDS; do
     ( time OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) python3 scripts/make_family_actor.py --out /tmp/actor_s$seed --work-dir $work --size small \
         --corpus-demos "${CORPUS:-3000}" --steps "${STEPS:-2400}" --batch-size 8 --device "${DEVICE:-cuda}" --seed $seed --body-weight "${BODY_WEIGHT:-1}" \
+        --pretrain-snippets "${PRETRAIN:-0}" --pretrain-steps "${PRETRAIN_STEPS:-1500}" \
         --no-progress ) > /tmp/make_actor_s$seed.log 2>&1 &
 done
 wait

@@ -28,7 +28,8 @@ def family_actor(tmp_path_factory, sandbox_cache) -> Path:
     Llama cloned on them for a few steps."""
     out = tmp_path_factory.mktemp("family") / "actor"
     mfa.main(["--out", str(out), "--max-tasks", "1", "--episodes", "1", "--single-turn", "1", "--size", "tiny",
-              "--steps", "6", "--lr", "1e-2", "--vocab-size", "600", "--cache-dir", str(sandbox_cache),
+              "--steps", "6", "--lr", "1e-2", "--vocab-size", "600",
+              "--pretrain-snippets", "3", "--pretrain-steps", "2", "--pretrain-batch-size", "2", "--cache-dir", str(sandbox_cache),
               "--workers", "1", "--timing-repeats", "3", "--no-compile-baseline", "--no-progress"])
     return out
 
@@ -67,6 +68,31 @@ def test_the_actor_is_cloned_from_teacher_episodes_of_training_tasks(family_acto
     kernel = mfa.corpus_texts(specs, "cpu")[2]
     assert len(tokenizer(kernel)["input_ids"]) < len(kernel) / 2.5
     assert {r["split"] for r in mfa.training_specs(str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"), 0)[0]} == {"train"}
+
+
+def test_snippets_label_a_training_tasks_reply_after_its_code_and_are_cloned_first(family_actor):
+    from transformers import AutoTokenizer
+
+    from data_gen.dataset import load_tasks
+
+    pretraining = json.loads((family_actor / "build.json").read_text())["training"]["pretraining"]
+    assert pretraining["snippets"] == 3 and pretraining["steps"] == 2 and pretraining["batch_size"] == 2
+    tokenizer = AutoTokenizer.from_pretrained(family_actor)
+    snippets = mfa.snippet_examples(8, "cpu", tokenizer, seed=0)
+    held_out = {r["signature"] for r in load_tasks(str(ROOT / "data" / "family" / "cpu" / "tasks.parquet"))
+                if r["split"] == "heldout"}
+    assert len(snippets) == 8
+    for ids, mask in snippets:
+        first = mask.index(1)
+        prompt, reply = tokenizer.decode(ids[:first]), tokenizer.decode(ids[first:])
+        assert set(mask[:first]) == {0} and set(mask[first:]) == {1} and ids[-1] == tokenizer.eos_token_id
+        assert prompt.startswith('"""Family task fam_') and "class Model(nn.Module)" in prompt
+        assert '"path": "kernels/chain.cpp"' in reply and '"path": "model_new.py"' in reply
+        assert "family_binding" not in reply and "<|im_start|>" not in prompt + reply  # no chat turns
+        words = prompt.split('"""')[3]  # Model's docstring, e.g. "relu -> tanh, then sum over the last dim"
+        ops, _, tail = words.partition(", then ")
+        signature = ops.replace(" -> ", ">") + "|" + (tail.split(" over ")[0] if tail else "none")
+        assert signature.split("|")[0] and signature not in held_out
 
 
 def test_unjudged_corpus_demonstrations_tokenise_as_judged_episodes_do(family_actor):
