@@ -205,10 +205,10 @@ def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -
 def snippet_examples(count: int, backend: str, tokenizer: Any, seed: int) -> list[tuple[list[int], list[int]]]:
     """``count`` short (token_ids, loss_mask) pairs: a sampled training-split task's code, then a
     correct variant's reply (its thought and write_file calls, JSON-escaped as in an episode;
-    without the fixed binding file), the reply's tokens labelled. ~600 tokens against an episode's
-    ~2,500 (no system prompt, no tool schemas), so the model sees each op chosen from the task's
-    code a few hundred tokens before it: cloned first, they teach composing, which the long
-    demonstrations alone did not (docs/family.md)."""
+    without the fixed binding file), the reply's tokens labelled. ~1,000 tokens against an
+    episode's ~2,500 (no system prompt, no tool schemas), so each op is chosen a few hundred
+    tokens after the task's code that names it: cloned first, they teach composing, which the
+    long demonstrations alone did not (docs/family.md)."""
     rng, examples = random.Random(f"snippets:{seed}"), []
     specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 2) if s.split() == "train"][:count]
     for spec in specs:

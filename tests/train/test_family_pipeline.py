@@ -28,8 +28,8 @@ def family_actor(tmp_path_factory, sandbox_cache) -> Path:
     Llama cloned on them for a few steps."""
     out = tmp_path_factory.mktemp("family") / "actor"
     mfa.main(["--out", str(out), "--max-tasks", "1", "--episodes", "1", "--single-turn", "1", "--size", "tiny",
-              "--steps", "6", "--lr", "1e-2", "--vocab-size", "600",
-              "--pretrain-snippets", "3", "--pretrain-steps", "2", "--pretrain-batch-size", "2", "--cache-dir", str(sandbox_cache),
+              "--steps", "6", "--lr", "1e-2", "--vocab-size", "600", "--pretrain-snippets", "3",
+              "--pretrain-steps", "2", "--pretrain-batch-size", "2", "--cache-dir", str(sandbox_cache),
               "--workers", "1", "--timing-repeats", "3", "--no-compile-baseline", "--no-progress"])
     return out
 
