@@ -33,7 +33,7 @@ import make_family_actor as mfa  # noqa: E402
 
 from data_gen.family import render_task, sample_specs  # noqa: E402
 from src.agent.teacher import Script, model_chain  # noqa: E402
-from src.agent.teacher_kernels import BINDING_PATH, chain_function  # noqa: E402
+from src.agent.teacher_kernels import chain_function  # noqa: E402
 
 
 def labelled(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int]]:
@@ -46,8 +46,7 @@ def labelled(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int]]
 def text_of(spec, kind: str) -> tuple[str, str]:
     if kind == "chain":
         return render_task(spec), "\n".join(chain_function(model_chain(spec), "cpu", False))
-    thought, calls = Script(spec, "cpu").write("fused")
-    return render_task(spec) + "\n", thought + "\n" + "".join(c for c in calls if json.dumps(BINDING_PATH) not in c)
+    return render_task(spec) + "\n", mfa.snippet_reply(*Script(spec, "cpu").write("fused"))
 
 
 def training_texts(tokenizer, kind: str, count: int) -> list[tuple[list[int], list[int]]]:

@@ -31,6 +31,11 @@ def replaced_atomically(target: Path, suffix: str = ".tmp") -> Iterator[Path]:
 SEALS = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
 
 
+def seal(fd: int) -> None:
+    """Seal the memfd ``fd`` with SEALS: from now on its bytes and size are fixed."""
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+
+
 def is_sealed(fd: int) -> bool:
     """Whether the memfd ``fd`` carries every seal of SEALS."""
     return fcntl.fcntl(fd, fcntl.F_GET_SEALS) & SEALS == SEALS

@@ -26,7 +26,6 @@ comparison (docs/sandbox.md, "Trial data").
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import mmap
 import os
@@ -39,7 +38,7 @@ import torch
 
 from .compare import chunks
 from .device_memory import DeviceBuffer, DeviceMemoryError, granularity, unavailable
-from .files import SEALS, is_sealed
+from .files import is_sealed, seal
 from .inputs import WorkerFailure, device_fingerprint, secret_mix
 from .measurement import ErrorKind
 
@@ -176,7 +175,7 @@ def _send_on_host(sock: socket.socket, tensors: list, header: dict, total: int) 
             entries.append({"dtype": str(t.dtype), "shape": list(t.shape), "offset": offset})
             offset += _write_tensor(fd, t, offset)
         try:
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+            seal(fd)
         except OSError as exc:  # EBUSY: someone holds a writable mapping of it
             raise WorkerFailure(ErrorKind.VIOLATION, f"harness_tampered: the output's shared memory could not be "
                                                      f"sealed ({exc.strerror})") from None

@@ -10,15 +10,15 @@ torch.load took 14 s + 13 s for 4.3 GB on the dev CPU, this 2.5 s + 0.7 s (docs/
 """
 from __future__ import annotations
 
-import fcntl
 import os
 from typing import Any
 
 import torch
 
-from .files import SEALS, is_sealed
+from .files import is_sealed, seal
 from .inputs import WorkerFailure
 from .measurement import ErrorKind
+
 
 def weights_memory() -> int:
     """A fresh memfd for one evaluation's weights (close-on-exec: it reaches only the workers it
@@ -56,7 +56,7 @@ def write_weights(fd: int, init_inputs: list, model: torch.nn.Module) -> None:
         torch.serialization.set_crc32_options(False)
     with os.fdopen(os.dup(fd), "wb") as archive:
         torch.save({"init_inputs": init_inputs, "state_dict": state}, archive)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, SEALS)
+    seal(fd)
     os.close(fd)
 
 

@@ -188,18 +188,32 @@ def record(args: argparse.Namespace, work: Path) -> Any:
     return tokenizer
 
 
+def sampled_replies(count: int, backend: str, seed: int, stream: str):
+    """(spec, variant, thought, calls) of ``count`` sampled training-split specs (never a held-out
+    signature), each written as a correct variant drawn at random; ``stream`` names the draw
+    (its specs come from sample_specs' seed ``seed`` + 1 for "corpus", + 2 for "snippets")."""
+    rng = random.Random(f"{stream}:{seed}")
+    offset = {"corpus": 1, "snippets": 2}[stream]
+    specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + offset) if s.split() == "train"][:count]
+    for spec in specs:
+        variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])
+        yield (spec, variant, *Script(spec, backend).write(variant))
+
+
 def corpus_demonstrations(count: int, backend: str, tokenizer: Any, seed: int) -> list[dict]:
     """``count`` unjudged single-turn demonstrations on sampled specs whose signature is in the
     training split (so none shares its op sequence with a held-out task)."""
-    rng, rows, render = random.Random(f"corpus:{seed}"), [], SingleReplyTokens(tokenizer, single_turn_config(), backend)
-    specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 1) if s.split() == "train"][:count]
-    for spec in specs:
-        variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])
-        thought, calls = Script(spec, backend).write(variant)
+    rows, render = [], SingleReplyTokens(tokenizer, single_turn_config(), backend)
+    for spec, variant, thought, calls in sampled_replies(count, backend, seed, "corpus"):
         ids, mask = render.tokens(render_task(spec), thought + "\n" + "".join(calls))
         rows.append({"token_ids": ids, "loss_mask": mask, "mode": "single_turn", "reward": None,
                      "policy": f"teacher/corpus_{variant}", "signature": spec.signature})
     return rows
+
+
+def snippet_reply(thought: str, calls: Sequence[str]) -> str:
+    """A reply as an episode writes it, less the call writing the fixed binding file."""
+    return thought + "\n" + "".join(c for c in calls if json.dumps(BINDING_PATH) not in c)
 
 
 def snippet_examples(count: int, backend: str, tokenizer: Any, seed: int) -> list[tuple[list[int], list[int]]]:
@@ -209,14 +223,10 @@ def snippet_examples(count: int, backend: str, tokenizer: Any, seed: int) -> lis
     episode's ~2,500 (no system prompt, no tool schemas), so each op is chosen a few hundred
     tokens after the task's code that names it: cloned first, they teach composing, which the
     long demonstrations alone did not (docs/family.md)."""
-    rng, examples = random.Random(f"snippets:{seed}"), []
-    specs = [s for s in sample_specs(2 * count + 50, backend, seed=seed + 2) if s.split() == "train"][:count]
-    for spec in specs:
-        variant = rng.choice([v for v in CORPUS_VARIANTS if v != "vectorised" or vectorisable(backend, spec.shape[1])])
-        thought, calls = Script(spec, backend).write(variant)
-        reply = thought + "\n" + "".join(c for c in calls if json.dumps(BINDING_PATH) not in c)
+    examples = []
+    for spec, _, thought, calls in sampled_replies(count, backend, seed, "snippets"):
         prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
-        target = tokenizer(reply)["input_ids"] + [tokenizer.eos_token_id]
+        target = tokenizer(snippet_reply(thought, calls))["input_ids"] + [tokenizer.eos_token_id]
         examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
     return examples
 
