@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 import make_family_actor as mfa  # noqa: E402
 
 from data_gen.family import render_task, sample_specs  # noqa: E402
-from src.agent.teacher import Script, model_chain  # noqa: E402
+from src.agent.teacher import model_chain  # noqa: E402
 from src.agent.teacher_kernels import chain_function  # noqa: E402
 
 
@@ -43,48 +43,23 @@ def labelled(tokenizer, prompt: str, target: str) -> tuple[list[int], list[int]]
     return p + t, [0] * len(p) + [1] * len(t)
 
 
-def text_of(spec, kind: str) -> tuple[str, str]:
-    if kind == "chain":
-        return render_task(spec), "\n".join(chain_function(model_chain(spec), "cpu", False))
-    return render_task(spec) + "\n", mfa.snippet_reply(*Script(spec, "cpu").write("fused"))
+def chain_text(spec) -> tuple[str, str]:
+    """The task's code, then the teacher's chain() function as plain C."""
+    return render_task(spec), "\n".join(chain_function(model_chain(spec), "cpu", False))
 
 
 def training_texts(tokenizer, kind: str, count: int) -> list[tuple[list[int], list[int]]]:
     if kind == "snippet":
         return mfa.snippet_examples(count, "cpu", tokenizer, seed=0)
     specs = [s for s in sample_specs(3 * count + 50, "cpu", seed=1) if s.split() == "train"][:count]
-    return [labelled(tokenizer, *text_of(s, kind)) for s in specs]
+    return [labelled(tokenizer, *chain_text(s)) for s in specs]
 
 
 def heldout_texts(tokenizer, kind: str, count: int) -> list[tuple[list[int], list[int]]]:
+    if kind == "snippet":
+        return mfa.fused_snippets(tokenizer, "cpu", "heldout", count)
     specs = [s for s in sample_specs(20 * count + 50, "cpu", seed=99) if s.split() == "heldout"][:count]
-    return [labelled(tokenizer, *text_of(s, kind)) for s in specs]
-
-
-def with_bodies(tokenizer, examples, count: int) -> list[tuple[list[int], list[int], list[bool]]]:
-    """The first ``count`` examples that write a chain() body, each with its body mask (the
-    naive variant's snippets have none: each op is its own function)."""
-    vocabulary, out = mfa.decoded_vocabulary(tokenizer), []
-    for ids, mask in examples:
-        body = [b and m > 0 for b, m in zip(mfa.body_mask(tokenizer, ids, vocabulary), mask)]
-        if any(body):
-            out.append((ids, mask, body))
-        if len(out) == count:
-            break
-    return out
-
-
-def bodies_right(model, scored, device: str) -> float:
-    """The share of ``scored`` (with_bodies) whose every chain-body token is the argmax."""
-    import torch
-
-    right = 0
-    model.eval()
-    for ids, _, body in scored:
-        with torch.no_grad():
-            pred = model(torch.tensor([ids], device=device)).logits[0, :-1].argmax(-1).tolist()
-        right += all(pred[i - 1] == ids[i] for i in range(1, len(ids)) if body[i])
-    return right / len(scored)
+    return [labelled(tokenizer, *chain_text(s)) for s in specs]
 
 
 def main() -> None:
@@ -115,7 +90,7 @@ def main() -> None:
     train = training_texts(tokenizer, args.texts, args.count)
     held = heldout_texts(tokenizer, args.texts, args.scored)
     tokens = sorted(len(ids) for ids, _ in train)[len(train) // 2]
-    scored = {"train": with_bodies(tokenizer, train, args.scored), "heldout": with_bodies(tokenizer, held, args.scored)}
+    scored = {"train": mfa.with_bodies(tokenizer, train, args.scored), "heldout": mfa.with_bodies(tokenizer, held, args.scored)}
     print(f"{args.texts}: {len(train)} training texts (median {tokens} tokens); scored: "
           f"{len(scored['train'])} training, {len(scored['heldout'])} held-out", flush=True)
     torch.manual_seed(0)
@@ -130,7 +105,7 @@ def main() -> None:
         tail = losses[-20:]
         print(json.dumps({"steps": done, "seconds": round(time.monotonic() - start),
                           "loss": round(sum(tail) / len(tail), 4),
-                          **{f"{split}_bodies_right": round(bodies_right(model, texts, args.device), 3)
+                          **{f"{split}_bodies_right": round(mfa.bodies_right(model, texts, args.device), 3)
                              for split, texts in scored.items()}}), flush=True)
 
 

@@ -86,11 +86,18 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="short (task code -> reply) snippets on sampled training-split specs, cloned first")
     p.add_argument("--pretrain-steps", type=int, default=1500, help="cloning steps on the snippets")
     p.add_argument("--pretrain-batch-size", type=int, default=32, help="snippets per pre-training step")
+    p.add_argument("--pretrain-time-s", type=float, default=0.0,
+                   help="at most this many seconds of snippet cloning (0: no limit; the cosine fits the budget)")
+    p.add_argument("--rehearse-snippets", type=int, default=0,
+                   help="this many of the snippets stay among the demonstrations cloned after (so composing is kept)")
     p.add_argument("--vocab-size", type=int, default=4096)
     p.add_argument("--size", default="actor", help="offline_model.MODEL_SIZES: tiny, actor, small, base")
     p.add_argument("--max-positions", type=int, default=16384, help="the model's context")
     p.add_argument("--steps", type=int, default=400, help="most behaviour-cloning steps")
+    p.add_argument("--time-s", type=float, default=0.0,
+                   help="at most this many seconds of cloning the demonstrations (0: no limit)")
     p.add_argument("--lr", type=float, default=5e-3)
+    p.add_argument("--bf16", action="store_true", help="cloning's forward under bfloat16 autocast (CUDA only)")
     p.add_argument("--batch-size", type=int, default=4, help="demonstrations per step (0: all)")
     p.add_argument("--target-loss", type=float, default=0.0, help="stop once a step's loss is below")
     p.add_argument("--body-weight", type=float, default=1.0,
@@ -108,6 +115,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
         usage_error(f"--corpus-demos must be >= 0, got {args.corpus_demos}")
     if args.pretrain_snippets < 0 or args.pretrain_steps < 1 or args.pretrain_batch_size < 1:
         usage_error("--pretrain-snippets must be >= 0, --pretrain-steps and --pretrain-batch-size >= 1")
+    if not 0 <= args.rehearse_snippets <= args.pretrain_snippets:
+        usage_error("--rehearse-snippets must be between 0 and --pretrain-snippets")
+    if args.pretrain_time_s < 0 or args.time_s < 0:
+        usage_error("--pretrain-time-s and --time-s must be >= 0")
     if args.body_weight <= 0:
         usage_error(f"--body-weight must be > 0, got {args.body_weight}")
     return args
@@ -260,6 +271,53 @@ def decoded_vocabulary(tokenizer: Any) -> list[str]:
     return tokenizer.batch_decode([[t] for t in range(len(tokenizer))])
 
 
+def with_bodies(tokenizer: Any, examples: Sequence[tuple[list[int], list[int]]],
+                count: int) -> list[tuple[list[int], list[int], list[bool]]]:
+    """The first ``count`` examples that write a chain() body, each with its generated body tokens
+    marked (the naive variant's texts have none: each op is its own function)."""
+    vocabulary, out = decoded_vocabulary(tokenizer), []
+    for ids, mask in examples:
+        body = [b and m > 0 for b, m in zip(body_mask(tokenizer, ids, vocabulary), mask)]
+        if any(body):
+            out.append((ids, mask, body))
+        if len(out) == count:
+            break
+    return out
+
+
+def bodies_right(model: Any, scored: Sequence[tuple[list[int], list[int], list[bool]]], device: str) -> float:
+    """The share of ``scored`` (with_bodies) whose every chain-body token is the argmax under
+    teacher forcing."""
+    import torch
+
+    right = 0
+    model.eval()
+    for ids, _, body in scored:
+        with torch.no_grad():
+            pred = model(torch.tensor([ids], device=device)).logits[0, :-1].argmax(-1).tolist()
+        right += all(pred[i - 1] == ids[i] for i in range(1, len(ids)) if body[i])
+    return right / len(scored) if scored else 0.0
+
+
+def fused_snippets(tokenizer: Any, backend: str, split: str, count: int) -> list[tuple[list[int], list[int]]]:
+    """Snippets (task code -> the fused reply) of ``count`` sampled specs of one split, from draws
+    no cloning text comes from (sample_specs seed 99)."""
+    specs = [s for s in sample_specs(20 * count + 50, backend, seed=99) if s.split() == split][:count]
+    out = []
+    for spec in specs:
+        prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
+        target = tokenizer(snippet_reply(*Script(spec, backend).write("fused")))["input_ids"] + [tokenizer.eos_token_id]
+        out.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
+    return out
+
+
+def snippet_bodies_right(model: Any, tokenizer: Any, backend: str, device: str, count: int = 48) -> dict[str, float]:
+    """Per split, the share of ``count`` fresh fused snippets whose chain body the model writes
+    (every body token argmax-correct): does the snippet cloning compose held-out chains?"""
+    return {split: round(bodies_right(model, with_bodies(tokenizer, fused_snippets(tokenizer, backend, split, count),
+                                                         count), device), 3) for split in ("train", "heldout")}
+
+
 def weigh_bodies(rows: Sequence[dict], tokenizer: Any, weight: float) -> int:
     """The loss weight of every generated chain-body token set to ``weight`` (in place; the other
     generated tokens keep 1). Returns how many tokens were reweighted."""
@@ -300,18 +358,25 @@ def clone(args: argparse.Namespace, tokenizer: Any, rows: Sequence[dict]) -> tup
     if args.pretrain_snippets:
         snippets = snippet_examples(args.pretrain_snippets, args.backend, tokenizer, args.seed)
         losses = behaviour_clone(model, snippets, tokenizer.pad_token_id, args.pretrain_steps, args.lr, args.device,
-                                 0.0, args.pretrain_batch_size, progress=not args.no_progress)
+                                 0.0, args.pretrain_batch_size, progress=not args.no_progress,
+                                 time_budget_s=args.pretrain_time_s, bf16=args.bf16)
         pretraining = {"snippets": len(snippets), "steps": len(losses), "batch_size": args.pretrain_batch_size,
-                       "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0], "final_loss": losses[-1],
-                       "median_tokens": sorted(len(ids) for ids, _ in snippets)[len(snippets) // 2]}
+                       "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
+                       "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+                       "median_tokens": sorted(len(ids) for ids, _ in snippets)[len(snippets) // 2],
+                       "bodies_right": snippet_bodies_right(model, tokenizer, args.backend, args.device),
+                       "rehearsed": args.rehearse_snippets}
+        print("after the snippets:", json.dumps(pretraining), flush=True)
+        examples += random.Random(args.seed).sample(snippets, args.rehearse_snippets)
         start = time.monotonic()
     losses = behaviour_clone(model, examples, tokenizer.pad_token_id, args.steps, args.lr, args.device,
-                             args.target_loss, args.batch_size, progress=not args.no_progress)
+                             args.target_loss, args.batch_size, progress=not args.no_progress,
+                             time_budget_s=args.time_s, bf16=args.bf16)
     every = max(1, len(losses) // 20)
     return model.cpu(), {"steps": len(losses), "lr": args.lr, "batch_size": args.batch_size, "device": args.device,
-                         "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
-                         "final_loss": losses[-1], "loss_curve": [[i, round(losses[i], 5)]
-                                                                  for i in range(0, len(losses), every)],
+                         "bf16": args.bf16, "seconds": round(time.monotonic() - start, 1), "first_loss": losses[0],
+                         "final_loss": sum(losses[-20:]) / len(losses[-20:]),
+                         "loss_curve": [[i, round(losses[i], 5)] for i in range(0, len(losses), every)],
                          "pretraining": pretraining}
 
 

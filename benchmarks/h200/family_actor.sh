@@ -10,44 +10,53 @@
 # STEPS (default 2400) sets the cloning's steps, CORPUS (default 3000) its corpus demonstrations.
 # DEVICE (default cuda) is where cloning and probing run. BODY_WEIGHT (default 1) is the loss weight
 # of the chain bodies' tokens (make_family_actor.py --body-weight). PRETRAIN (default 0) short
-# snippets (task code -> reply) are cloned first for PRETRAIN_STEPS (default 1500) steps of 32.
+# snippets (task code -> reply) are cloned first for PRETRAIN_STEPS (default 1500) steps of 32, at
+# most PRETRAIN_S seconds (0: no limit); REHEARSE of them stay among the demonstrations, whose
+# cloning takes at most TIME_S seconds (0: no limit). LRS (default 5e-3) lists learning rates: one
+# clone per seed and rate, all probed, the best kept. BF16=1 clones under bfloat16 autocast.
 # Usage: SEEDS="0 1" STEPS=2400 EVAL_S=0 bash benchmarks/h200/family_actor.sh
 set -u
 source benchmarks/h200/setup.sh
 work=outputs/family/actor_work
 mkdir -p $work && tar xzf data/family/demos_cpu.tar.gz -C $work
-SEEDS=${SEEDS:-0}
+SEEDS=${SEEDS:-0} LRS=${LRS:-5e-3}
+clones=$(for seed in $SEEDS; do for lr in $LRS; do echo "s${seed}_lr$lr"; done; done)
 # The host's cores split between the clones (each would otherwise start one torch thread per core).
-threads=$(( $(nproc) / $(echo $SEEDS | wc -w) ))
+threads=$(( $(nproc) / $(echo $clones | wc -w) ))
 # A warm machine keeps /tmp: nothing of an earlier call may pass for this call's clones.
 rm -rf /tmp/actor_corpus /tmp/actor_corpus_fp16 /tmp/actor_s* /tmp/probe_s*.json
-for seed in $SEEDS; do
-    ( time OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) python3 scripts/make_family_actor.py --out /tmp/actor_s$seed --work-dir $work --size small \
-        --corpus-demos "${CORPUS:-3000}" --steps "${STEPS:-2400}" --batch-size 8 --device "${DEVICE:-cuda}" --seed $seed --body-weight "${BODY_WEIGHT:-1}" \
-        --pretrain-snippets "${PRETRAIN:-0}" --pretrain-steps "${PRETRAIN_STEPS:-1500}" \
-        --no-progress ) > /tmp/make_actor_s$seed.log 2>&1 &
+for clone in $clones; do
+    seed=${clone%%_lr*} lr=${clone##*_lr}
+    ( time OMP_NUM_THREADS=$(( threads > 0 ? threads : 1 )) python3 scripts/make_family_actor.py --out /tmp/actor_$clone --work-dir $work --size small \
+        --corpus-demos "${CORPUS:-3000}" --steps "${STEPS:-2400}" --batch-size 8 --device "${DEVICE:-cuda}" --seed "${seed#s}" --lr "$lr" \
+        --body-weight "${BODY_WEIGHT:-1}" --pretrain-snippets "${PRETRAIN:-0}" --pretrain-steps "${PRETRAIN_STEPS:-1500}" \
+        --pretrain-time-s "${PRETRAIN_S:-0}" --rehearse-snippets "${REHEARSE:-0}" --time-s "${TIME_S:-0}" \
+        $([ "${BF16:-0}" = 1 ] && echo --bf16) --no-progress ) > /tmp/make_actor_$clone.log 2>&1 &
 done
 wait
-for seed in $SEEDS; do
-    echo "== seed $seed" >> "$OUT/make_actor.log"; tail -5 /tmp/make_actor_s$seed.log >> "$OUT/make_actor.log"
+for clone in $clones; do
+    echo "== $clone" >> "$OUT/make_actor.log"; grep "after the snippets" /tmp/make_actor_$clone.log >> "$OUT/make_actor.log"
+    tail -5 /tmp/make_actor_$clone.log >> "$OUT/make_actor.log"
+    cp /tmp/actor_$clone/build.json "$OUT/build_$clone.json" 2>/dev/null
     # Seconds: the chain bodies under teacher forcing, every task of both splits.
-    python3 scripts/probe_family_actor.py --actor /tmp/actor_s$seed --device "${DEVICE:-cuda}" --max-tasks 0 \
-        --out /tmp/probe_s$seed.json 2>&1 | tail -2 | sed "s/^/seed $seed: /"
+    python3 scripts/probe_family_actor.py --actor /tmp/actor_$clone --device "${DEVICE:-cuda}" --max-tasks 0 \
+        --out /tmp/probe_$clone.json 2>&1 | tail -2 | sed "s/^/$clone: /"
 done
 tail -3 "$OUT/make_actor.log"
-python3 - "$OUT/probe.json" $SEEDS <<'PY' || exit 1
+# shellcheck disable=SC2086  # one argument per clone
+python3 - "$OUT/probe.json" $clones <<'PY' || exit 1
 import json, shutil, sys
 from pathlib import Path
-probes = {s: json.loads(Path(f"/tmp/probe_s{s}.json").read_text()) for s in sys.argv[2:]
-          if Path(f"/tmp/probe_s{s}.json").exists()}
+probes = {c: json.loads(Path(f"/tmp/probe_{c}.json").read_text()) for c in sys.argv[2:]
+          if Path(f"/tmp/probe_{c}.json").exists()}
 if not probes:
     sys.exit("no clone was probed: see make_actor.log")
 score = lambda s: tuple(probes[s]["splits"].get(k, {}).get("body_all_correct", 0.0) for k in ("heldout", "train"))
 best = max(probes, key=score)
-Path(sys.argv[1]).write_text(json.dumps({"best_seed": best, "probes": probes}, indent=1) + "\n")
+Path(sys.argv[1]).write_text(json.dumps({"best": best, "probes": probes}, indent=1) + "\n")
 shutil.rmtree("/tmp/actor_corpus", ignore_errors=True)
-shutil.copytree(f"/tmp/actor_s{best}", "/tmp/actor_corpus")
-print("kept seed", best, "held-out, train bodies right:", score(best))
+shutil.copytree(f"/tmp/actor_{best}", "/tmp/actor_corpus")
+print("kept", best, "held-out, train bodies right:", score(best))
 PY
 python3 - /tmp/actor_corpus /tmp/actor_corpus_fp16 <<'PY'
 import shutil, sys, torch

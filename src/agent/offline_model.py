@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional, Sequence
 
@@ -189,12 +190,15 @@ def small_model_config(tokenizer: Any, size: str = "small", max_positions: int =
 
 def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]], pad_id: int, steps: int,
                     lr: float = 1e-2, device: str = "cpu", target_loss: float = 0.0, batch_size: int = 0,
-                    progress: bool = True) -> list[float]:
+                    progress: bool = True, time_budget_s: float = 0.0, bf16: bool = False) -> list[float]:
     """Teacher forcing on the demonstrations' own (token_ids, loss_mask): the loss counts only
     the tokens the policy generated (mask > 0, end-of-turn included), so the model learns to act,
     never to imitate observations or prompts; a mask entry above 1 weighs its token more. Each step takes ``batch_size`` demonstrations at
     random (0: all of them); AdamW, warm-up then cosine decay; stops early once a step's loss is
-    below ``target_loss``. Returns the loss of every step."""
+    below ``target_loss``. ``time_budget_s`` > 0: at most that many seconds, the cosine fitted to
+    the steps that fit (re-estimated from the mean step time after every step), so a budgeted
+    run still ends annealed. ``bf16``: the forward under bfloat16 autocast on CUDA (fp32 weights
+    and optimizer). Returns the loss of every step."""
     import torch
     from tqdm import tqdm
 
@@ -202,22 +206,33 @@ def behaviour_clone(model: Any, examples: Sequence[tuple[list[int], list[int]]],
     batch = batch_size if 0 < batch_size < len(examples) else len(examples)
     model.to(device).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    warmup = max(1, min(20, steps // 10))
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda s: min((s + 1) / warmup, cosine(s, steps)))
+    total = [steps]  # the steps this run will take: shrinks to fit time_budget_s
+
+    def factor(step: int) -> float:  # warm-up (a tenth of the run, at most 20 steps), then cosine
+        return min((step + 1) / max(1, min(20, total[0] // 10)), cosine(step, total[0]))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16 and str(device).startswith("cuda"))
     losses: list[float] = []
-    bar = tqdm(range(steps), desc="behaviour cloning", unit="step", disable=not progress)
-    for _ in bar:
+    bar = tqdm(total=steps, desc="behaviour cloning", unit="step", disable=not progress)
+    start = time.monotonic()
+    while len(losses) < total[0]:
         rows = torch.randperm(len(examples))[:batch].tolist()
-        loss = cloning_loss(model, [examples[i] for i in rows], pad_id, device)
+        with autocast:
+            loss = cloning_loss(model, [examples[i] for i in rows], pad_id, device)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         schedule.step()
         optimizer.zero_grad(set_to_none=True)
         losses.append(float(loss.detach()))
+        bar.update()
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
         if losses[-1] < target_loss:
             break
+        if time_budget_s > 0:
+            per_step = (time.monotonic() - start) / len(losses)
+            total[0] = max(len(losses), min(steps, int(time_budget_s / per_step)))
     bar.close()
     model.eval()
     return losses

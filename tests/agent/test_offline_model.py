@@ -211,6 +211,29 @@ def test_behaviour_cloning_reproduces_the_reply(bpe_tokenizer):
     assert logits[len(ids) - len(reply) - 1:-1].argmax(-1).tolist() == reply  # token for token, teacher-forced
 
 
+def test_behaviour_cloning_fits_its_schedule_to_a_time_budget(bpe_tokenizer, monkeypatch):
+    """With time_budget_s the run takes the steps that fit (here: a clock that advances 1 s a
+    step, so 10 of the 1,000 asked for) and its learning rate still ends annealed."""
+    import itertools
+
+    import torch
+    from transformers import LlamaForCausalLM
+
+    from src.agent import offline_model
+
+    clock = itertools.count()
+    monkeypatch.setattr(offline_model.time, "monotonic", lambda: float(next(clock)))
+    lrs = []
+    monkeypatch.setattr(torch.optim.AdamW, "step", lambda self, *a, **k: lrs.append(self.param_groups[0]["lr"]))
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(small_model_config(bpe_tokenizer, "tiny", max_positions=512))
+    ids, mask, _ = cloning_example(bpe_tokenizer)
+    losses = behaviour_clone(model, [(ids, mask)], bpe_tokenizer.pad_token_id, steps=1000, lr=1e-2,
+                             progress=False, time_budget_s=10.0)
+    assert len(losses) == 10
+    assert lrs[-1] < 0.2 * max(lrs)  # the cosine reached (near) its floor of 0.1 x lr by the last step
+
+
 class NonCanonicalPolicy:
     """Replies with ids that decode to the right text but are not how the tokenizer would encode
     it (one id per character instead of the merged tokens), as a sampled model may."""
