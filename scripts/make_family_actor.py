@@ -15,9 +15,11 @@ Launch lines (from the repository root):
     # One GPU (the sandbox stays the CPU one: data/family/cpu holds the tasks; ~6 min on an H200 host):
     python scripts/make_family_actor.py --out outputs/family/actor --episodes 384 --size small \\
         --steps 600 --batch-size 8 --device cuda --workers 12
-    # ... plus unjudged demonstrations over many more training signatures (docs/family.md):
-    python scripts/make_family_actor.py --out outputs/family/actor_corpus --work-dir outputs/family/actor_work \\
-        --size small --corpus-demos 3000 --steps 3000 --batch-size 8 --device cuda
+    # The committed actor's recipe (data/family/actor_small.tar.gz; docs/family.md): snippets first,
+    # then the demonstrations, corpus demonstrations and rehearsed snippets (~7 min on one H200):
+    python scripts/make_family_actor.py --out outputs/family/actor_small --work-dir outputs/family/actor_work \\
+        --size small --lr 2e-3 --bf16 --pretrain-snippets 16000 --pretrain-steps 6000 --pretrain-time-s 280 \\
+        --rehearse-snippets 2000 --corpus-demos 1000 --steps 2000 --time-s 80 --batch-size 8 --device cuda
 
 Writes to --out: the model and tokenizer (save_pretrained: load with
 model.actor.name_or_path=DIR), build.json (what was shown and the loss curve). --work-dir keeps

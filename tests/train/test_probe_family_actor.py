@@ -79,3 +79,36 @@ def test_a_missing_actor_is_one_clear_error(probe, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         probe.main(["--actor", str(tmp_path / "nope")])
     assert exc.value.code == 2 and "no such directory" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def committed_actor(tmp_path_factory):
+    """data/family/actor_small.tar.gz: the family's starting actor (docs/family.md), unpacked."""
+    work = tmp_path_factory.mktemp("committed")
+    with tarfile.open(REPO / "data" / "family" / "actor_small.tar.gz") as tar:
+        tar.extractall(work, filter="data")
+    return work / "family_actor"
+
+
+def test_the_committed_actor_writes_the_chain_bodies_of_held_out_tasks(probe, committed_actor, tmp_path):
+    # Teacher-forced on the teacher's fused reply, every chain-body token of held-out tasks (op
+    # sequences it never saw) is its argmax; on the H200 it was right in 37 of 38 held-out tasks.
+    # Fails when the actor is lost or damaged, or when the teacher's texts or the tokenizer change
+    # under it (then it must be cloned again: benchmarks/h200/family_actor.sh).
+    out = tmp_path / "probe.json"
+    assert probe.main(["--actor", str(committed_actor), "--max-tasks", "6", "--out", str(out)]) == 0
+    splits = json.loads(out.read_text())["splits"]
+    assert splits["heldout"]["body_all_correct"] >= 5 / 6 and splits["train"]["body_all_correct"] >= 5 / 6
+    assert splits["heldout"]["reply_nll_mean"] < 0.05
+
+
+def test_snippet_scoring_tells_a_composing_actor_from_a_random_one(load_script, committed_actor, random_actor):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    actor = load_script("scripts/make_family_actor.py")
+    scores = {}
+    for name, path in (("committed", committed_actor), ("random", random_actor)):
+        model = AutoModelForCausalLM.from_pretrained(path).float()
+        scores[name] = actor.snippet_bodies_right(model, AutoTokenizer.from_pretrained(path), "cpu", "cpu", count=4)
+    assert scores["random"] == {"train": 0.0, "heldout": 0.0}
+    assert scores["committed"]["heldout"] >= 0.75 and scores["committed"]["train"] >= 0.75
