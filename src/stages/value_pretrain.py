@@ -13,7 +13,8 @@ import torch
 from src.data.batch import RolloutBatch
 from src.rl import explained_variance, gae_through_tools, masked_mean, outcome_rewards, value_loss
 
-from .common import clip_grad_norm, collect_trajectories, freeze, read_rows
+from .common import clip_grad_norm, collect_trajectories, freeze, gradient_sync, micro_batches, read_rows, token_share
+from .ppo import pad_to
 from .rft import rft_keep
 
 
@@ -21,7 +22,7 @@ class ValuePretrainStage(pl.LightningModule):
     def __init__(self, actor: torch.nn.Module, critic: torch.nn.Module, agent: Any, critic_optimizer: Callable,
                  sampling: dict, trajectories: str = "", sample_rounds: int = 2, rows: str = "all",
                  min_reward: float = 0.0, filters: Optional[dict] = None, gamma: float = 1.0, lam: float = 0.95,
-                 max_grad_norm: float = 1.0):
+                 max_grad_norm: float = 1.0, micro_batch_size: int = 0):
         super().__init__()
         if rows not in ("all", "kept"):
             raise ValueError(f"value_pretrain rows must be 'all' or 'kept' (RFT's selection), got {rows!r}")
@@ -32,6 +33,9 @@ class ValuePretrainStage(pl.LightningModule):
         self.trajectories, self.sample_rounds, self.rows = trajectories, sample_rounds, rows
         self.min_reward, self.filters = min_reward, dict(filters or {})
         self.gamma, self.lam, self.max_grad_norm = gamma, lam, max_grad_norm
+        if micro_batch_size < 0:
+            raise ValueError(f"value_pretrain micro_batch_size must be >= 0 (0: the whole batch), got {micro_batch_size}")
+        self.micro_batch_size = micro_batch_size
 
     def configure_optimizers(self):
         return self.critic_optimizer(self.critic.parameters())
@@ -49,19 +53,42 @@ class ValuePretrainStage(pl.LightningModule):
 
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         opt = self.optimizers()
-        mask = batch.policy_mask
-        values = self.critic(batch.ids, batch.attention)
-        with torch.no_grad():
-            _, returns = gae_through_tools(outcome_rewards(batch.rewards, mask), values.detach(), mask,
-                                           self.gamma, self.lam)
-        loss, stats = value_loss(values, returns, mask)
-        self.manual_backward(loss)
-        norm = clip_grad_norm(self.critic, self.max_grad_norm)
+        last = -(-len(batch) // (self.micro_batch_size or len(batch))) - 1
+        share = token_share(self, float(batch.policy_mask.sum().clamp(min=1)))
+
+        def backward(loss: torch.Tensor, index: int) -> None:
+            with gradient_sync(self, last=index == last):
+                self.manual_backward(loss * share)
+
+        stats = self.accumulate(batch, backward)
+        stats["critic/grad_norm"] = clip_grad_norm(self.critic, self.max_grad_norm)
         opt.step()
         opt.zero_grad(set_to_none=True)
-        self.log_dict({"critic/loss": loss.detach(), "critic/grad_norm": norm,
-                       "critic/explained_var": explained_variance(values.detach(), returns, mask),
-                       "critic/value_mean": masked_mean(values.detach(), mask),
-                       **{f"critic/{k}": v for k, v in stats.items()}},
-                      prog_bar=False, batch_size=len(batch), sync_dist=True)
-        self.log("value_loss", loss.detach(), prog_bar=True, logger=False, batch_size=len(batch))
+        self.log_dict(stats, prog_bar=False, batch_size=len(batch), sync_dist=True)
+        self.log("value_loss", stats["critic/loss"], prog_bar=True, logger=False, batch_size=len(batch))
+
+    def accumulate(self, batch: RolloutBatch, backward: Callable[[torch.Tensor, int], None]) -> dict[str, torch.Tensor]:
+        """The critic's gradient of the batch's loss (the token mean over every row), ``backward``
+        called once per micro-batch of ``micro_batch_size`` rows with that micro-batch's part of
+        it: the same gradient as one pass over the whole batch, at a micro-batch's memory (a
+        batch of long multi-turn trajectories, padded to the longest, would hold every row's
+        activations at once). GAE runs along each row, so a row's targets do not depend on how
+        the batch is split. Returns the critic/ stats of the whole batch."""
+        width, total = batch.ids.shape[1], batch.policy_mask.sum().clamp(min=1)
+        values, returns, loss_sum = [], [], torch.zeros(())
+        for index, micro in enumerate(micro_batches(batch, self.micro_batch_size)):
+            mask = micro.policy_mask
+            micro_values = self.critic(micro.ids, micro.attention)
+            with torch.no_grad():
+                _, micro_returns = gae_through_tools(outcome_rewards(micro.rewards, mask), micro_values.detach(), mask,
+                                                     self.gamma, self.lam)
+            loss, _ = value_loss(micro_values, micro_returns, mask)
+            part = loss * (mask.sum() / total)  # a token mean over the whole batch, however it is split
+            backward(part, index)
+            loss_sum = loss_sum + part.detach().cpu()
+            values.append(pad_to(micro_values.detach(), width))
+            returns.append(pad_to(micro_returns, width))
+        values, returns, mask = torch.cat(values), torch.cat(returns), batch.policy_mask
+        _, stats = value_loss(values, returns, mask)
+        return {"critic/loss": loss_sum, "critic/explained_var": explained_variance(values, returns, mask),
+                "critic/value_mean": masked_mean(values, mask), **{f"critic/{k}": v for k, v in stats.items()}}
