@@ -236,12 +236,16 @@ def snippet_examples(count: int, backend: str, tokenizer: Any, seed: int) -> lis
     episode's ~2,500 (no system prompt, no tool schemas), so each op is chosen a few hundred
     tokens after the task's code that names it: cloned first, they teach composing, which the
     long demonstrations alone did not (docs/family.md)."""
-    examples = []
-    for spec, _, thought, calls in sampled_replies(count, backend, seed, "snippets"):
-        prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
-        target = tokenizer(snippet_reply(thought, calls))["input_ids"] + [tokenizer.eos_token_id]
-        examples.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
-    return examples
+    return [snippet_tokens(tokenizer, spec, thought, calls)
+            for spec, _, thought, calls in sampled_replies(count, backend, seed, "snippets")]
+
+
+def snippet_tokens(tokenizer: Any, spec: ChainSpec, thought: str, calls: Sequence[str]) -> tuple[list[int], list[int]]:
+    """(token_ids, loss_mask) of one snippet: the task's code unlabelled, then the reply and an
+    end-of-turn labelled."""
+    prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
+    target = tokenizer(snippet_reply(thought, calls))["input_ids"] + [tokenizer.eos_token_id]
+    return prompt + target, [0] * len(prompt) + [1] * len(target)
 
 
 def body_mask(tokenizer: Any, ids: list[int], vocabulary: Sequence[str] | None = None) -> list[bool]:
@@ -305,12 +309,7 @@ def fused_snippets(tokenizer: Any, backend: str, split: str, count: int) -> list
     """Snippets (task code -> the fused reply) of ``count`` sampled specs of one split, from draws
     no cloning text comes from (sample_specs seed 99)."""
     specs = [s for s in sample_specs(20 * count + 50, backend, seed=99) if s.split() == split][:count]
-    out = []
-    for spec in specs:
-        prompt = tokenizer(render_task(spec) + "\n")["input_ids"]
-        target = tokenizer(snippet_reply(*Script(spec, backend).write("fused")))["input_ids"] + [tokenizer.eos_token_id]
-        out.append((prompt + target, [0] * len(prompt) + [1] * len(target)))
-    return out
+    return [snippet_tokens(tokenizer, spec, *Script(spec, backend).write("fused")) for spec in specs]
 
 
 def snippet_bodies_right(model: Any, tokenizer: Any, backend: str, device: str, count: int = 48) -> dict[str, float]:

@@ -47,6 +47,11 @@ def micro_batches(batch: RolloutBatch, size: int) -> Iterator[RolloutBatch]:
         yield batch.rows(slice(start, start + size))
 
 
+def pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
+    """Right-pad a [B, t] tensor with zeros to [B, width] (micro-batches are trimmed)."""
+    return torch.nn.functional.pad(x, (0, width - x.shape[1])) if x.shape[1] < width else x
+
+
 def freeze(module: Optional[nn.Module]) -> None:
     """Frozen parts are carried (and checkpointed) but not trained, and DDP does not track them."""
     if module is not None:

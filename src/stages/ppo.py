@@ -19,7 +19,7 @@ from src.data.batch import RolloutBatch
 from src.rl import (explained_variance, gae_through_tools, kl_penalty, logprob_mismatch, masked_mean,
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
-from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, peak_memory_gb, step_uncounted,
+from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to, peak_memory_gb, step_uncounted,
                      token_share, validate_with_episodes)
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
@@ -184,8 +184,3 @@ class PPOStage(pl.LightningModule):
         stats["critic/explained_var"] = float(explained_variance(torch.cat(seen_values), prepared["returns"][rows],
                                                                  batch.policy_mask[rows]))
         return stats
-
-
-def pad_to(x: torch.Tensor, width: int) -> torch.Tensor:
-    """Right-pad a [B, t] tensor with zeros to [B, width] (micro-batches are trimmed)."""
-    return torch.nn.functional.pad(x, (0, width - x.shape[1])) if x.shape[1] < width else x

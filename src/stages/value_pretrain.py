@@ -11,10 +11,10 @@ import lightning.pytorch as pl
 import torch
 
 from src.data.batch import RolloutBatch
-from src.rl import explained_variance, gae_through_tools, masked_mean, outcome_rewards, value_loss
+from src.rl import explained_variance, gae_through_tools, outcome_rewards, value_loss
 
-from .common import clip_grad_norm, collect_trajectories, freeze, gradient_sync, micro_batches, read_rows, token_share
-from .ppo import pad_to
+from .common import (clip_grad_norm, collect_trajectories, freeze, gradient_sync, micro_batches, pad_to, read_rows,
+                     token_share)
 from .rft import rft_keep
 
 
@@ -53,11 +53,10 @@ class ValuePretrainStage(pl.LightningModule):
 
     def training_step(self, batch: RolloutBatch, batch_idx: int) -> None:
         opt = self.optimizers()
-        last = -(-len(batch) // (self.micro_batch_size or len(batch))) - 1
         share = token_share(self, float(batch.policy_mask.sum().clamp(min=1)))
 
-        def backward(loss: torch.Tensor, index: int) -> None:
-            with gradient_sync(self, last=index == last):
+        def backward(loss: torch.Tensor, last: bool) -> None:
+            with gradient_sync(self, last=last):
                 self.manual_backward(loss * share)
 
         stats = self.accumulate(batch, backward)
@@ -67,16 +66,17 @@ class ValuePretrainStage(pl.LightningModule):
         self.log_dict(stats, prog_bar=False, batch_size=len(batch), sync_dist=True)
         self.log("value_loss", stats["critic/loss"], prog_bar=True, logger=False, batch_size=len(batch))
 
-    def accumulate(self, batch: RolloutBatch, backward: Callable[[torch.Tensor, int], None]) -> dict[str, torch.Tensor]:
+    def accumulate(self, batch: RolloutBatch, backward: Callable[[torch.Tensor, bool], None]) -> dict[str, torch.Tensor]:
         """The critic's gradient of the batch's loss (the token mean over every row), ``backward``
         called once per micro-batch of ``micro_batch_size`` rows with that micro-batch's part of
-        it: the same gradient as one pass over the whole batch, at a micro-batch's memory (a
+        it (and whether it is the last): the same gradient as one pass over the whole batch, at a micro-batch's memory (a
         batch of long multi-turn trajectories, padded to the longest, would hold every row's
         activations at once). GAE runs along each row, so a row's targets do not depend on how
         the batch is split. Returns the critic/ stats of the whole batch."""
         width, total = batch.ids.shape[1], batch.policy_mask.sum().clamp(min=1)
-        values, returns, loss_sum = [], [], torch.zeros(())
-        for index, micro in enumerate(micro_batches(batch, self.micro_batch_size)):
+        micros = list(micro_batches(batch, self.micro_batch_size))
+        values, returns, parts = [], [], []
+        for index, micro in enumerate(micros):
             mask = micro.policy_mask
             micro_values = self.critic(micro.ids, micro.attention)
             with torch.no_grad():
@@ -84,11 +84,11 @@ class ValuePretrainStage(pl.LightningModule):
                                                      self.gamma, self.lam)
             loss, _ = value_loss(micro_values, micro_returns, mask)
             part = loss * (mask.sum() / total)  # a token mean over the whole batch, however it is split
-            backward(part, index)
-            loss_sum = loss_sum + part.detach().cpu()
+            backward(part, index == len(micros) - 1)
+            parts.append(part.detach())
             values.append(pad_to(micro_values.detach(), width))
             returns.append(pad_to(micro_returns, width))
         values, returns, mask = torch.cat(values), torch.cat(returns), batch.policy_mask
         _, stats = value_loss(values, returns, mask)
-        return {"critic/loss": loss_sum, "critic/explained_var": explained_variance(values, returns, mask),
-                "critic/value_mean": masked_mean(values, mask), **{f"critic/{k}": v for k, v in stats.items()}}
+        return {"critic/loss": torch.stack(parts).sum(), "critic/explained_var": explained_variance(values, returns, mask),
+                **{f"critic/{k}": v for k, v in stats.items()}}  # value_mean, clip_fraction
