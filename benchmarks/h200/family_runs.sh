@@ -19,7 +19,8 @@ start=$(date +%s)
 # shellcheck disable=SC2086  # EXTRA is a list of arguments
 python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
-    --time-budget-s $((LIMIT - 30)) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 ${EXTRA:-} \
+    --time-budget-s $((LIMIT - 30)) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
+    --set data.prewarm_baselines=12 ${EXTRA:-} \
     > "$OUT/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 tail -5 outputs/family/runs/pipeline.jsonl 2>/dev/null

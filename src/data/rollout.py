@@ -74,7 +74,7 @@ class RolloutDataModule(pl.LightningDataModule):
                  val_max_tasks: int = 16, val_samples_per_task: int = 1, split_seed: int = 0,
                  max_tasks: int = 0, episodes_in_flight: int = 8, drop_stop_reasons: Sequence[str] = (),
                  mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8, split_column: str = "",
-                 device_gate: str = "auto"):
+                 device_gate: str = "auto", prewarm_baselines: int = 0):
         super().__init__()
         self.source, self.output_dir = tasks, Path(output_dir)
         self.sandbox_cfg, self.reward_name = dict(sandbox), reward
@@ -86,6 +86,9 @@ class RolloutDataModule(pl.LightningDataModule):
         if device_gate not in GATE_MODES:
             raise ValueError(f"device_gate={device_gate!r}: expected one of {', '.join(GATE_MODES)}")
         self.gate_mode = device_gate
+        if prewarm_baselines < 0:
+            raise ValueError(f"prewarm_baselines={prewarm_baselines}: expected 0 (off) or a number of tasks at once")
+        self.prewarm_workers = prewarm_baselines
         self._gate: Any = None
         self.train_tasks: list[Task] = []
         self.val_tasks: list[Task] = []
@@ -111,6 +114,35 @@ class RolloutDataModule(pl.LightningDataModule):
         self.prepare()
         if self.pool is None:
             self.pool = self._connect_pool()
+        if self.prewarm_workers and self._trajectories is None and self._is_rank_zero():
+            self.prewarm()
+
+    def _is_rank_zero(self) -> bool:
+        return self.trainer is None or self.trainer.global_rank == 0
+
+    def prewarm(self) -> dict[str, float]:
+        """Time the eager and torch.compile baselines of every training and validation task,
+        ``prewarm_workers`` tasks at once, into the sandbox's baseline cache, before the first
+        step. Otherwise each task pays them (tens of seconds of torch.compile work on the
+        host) on its first rollout, inside a training step, a few tasks at a time. Tasks already
+        cached cost a reference worker's start-up; a task the sandbox refuses is logged and left
+        to its rollouts (which report it)."""
+        from tqdm import tqdm
+
+        from sandbox.baselines_cli import time_tasks
+
+        tasks = self.train_tasks + self.val_tasks
+        start, refused = time.monotonic(), 0
+        with tqdm(total=len(tasks), unit="task", desc="baselines", disable=None) as bar:
+            for record in time_tasks([(t.path, t.id) for t in tasks], self.sandbox_config(), self.prewarm_workers):
+                if "task_error" in record:
+                    refused += 1
+                    log.warning("baselines of task %s: %s", record["id"], record["task_error"])
+                bar.update(1)
+        seconds = time.monotonic() - start
+        log.info("baselines of %d tasks ready in %.0f s (%d at once; %d refused)",
+                 len(tasks), seconds, self.prewarm_workers, refused)
+        return {"tasks": float(len(tasks)), "refused": float(refused), "seconds": seconds}
 
     def sandbox_config(self):
         from sandbox.config import SandboxConfig
