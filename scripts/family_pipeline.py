@@ -13,7 +13,8 @@ value pretraining). A stage whose
 directory holds pipeline_done.json is skipped; one with a checkpoint but no marker (killed) is
 resumed (ckpt_path=last); so a killed command, rerun, continues where it stopped. With
 --time-budget-s no stage starts after the budget and a running one is stopped at it (exit 3:
-rerun to continue).
+rerun to continue). On another machine, finished stages continue from the small files and the
+weights the last one exported (--export-weights / --import-weights: scripts/family_state.py).
 
 Launch lines (from the repository root; the tasks are the CPU family, so the sandbox is the CPU
 one; the model trains on --trainer's device):
@@ -47,6 +48,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional, Sequence
+
+import family_state
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARDS = ("graduated", "binary", "continuous")
@@ -335,6 +338,12 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no stage after this (0: no limit)")
     p.add_argument("--jobs", type=int, default=1,
                    help="independent chains at once (seeds; with --reward-stages all, (reward, seed) pairs)")
+    p.add_argument("--import-weights", default="",
+                   help="a folder of weights another machine exported (scripts/family_state.py): joined into the "
+                        "finished stages' checkpoints under --out before the run")
+    p.add_argument("--export-weights", default="",
+                   help="after the run, write the weights of the finished stages that a stage still to run starts "
+                        "from into this folder, in parts that travel (scripts/family_state.py)")
     return p.parse_args(argv)
 
 
@@ -358,11 +367,24 @@ def main(argv: Optional[list[str]] = None) -> int:
                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
                         extra=list(args.extra))
-    statuses = run_pipeline(Path(args.out).absolute(), seeds, parse_list(args.rewards, REWARDS, "--rewards"),
-                            parse_list(args.ablations, ABLATIONS, "--ablations"), settings, args.time_budget_s,
-                            args.jobs)
+    out = Path(args.out).absolute()
+    rewards, ablations = parse_list(args.rewards, REWARDS, "--rewards"), parse_list(args.ablations, ABLATIONS, "--ablations")
+    try:
+        if args.import_weights:
+            written = family_state.import_weights(Path(args.import_weights), out, DONE)
+            print(f"family_pipeline: weights of {len(written)} finished stages from {args.import_weights}: "
+                  f"{', '.join(written) or 'none needed'}", file=sys.stderr)
+        try:
+            statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs)
+        finally:
+            if args.export_weights:
+                needed = family_state.starts_needed(plan_chains(out, seeds, rewards, ablations, settings), DONE, ACTOR_ONLY)
+                family_state.export_weights(needed, out, Path(args.export_weights))
+    except family_state.StateError as exc:
+        print(f"family_pipeline: {exc}", file=sys.stderr)
+        return 2
     counts = {s: sum(1 for v in statuses.values() if v == s) for s in sorted(set(statuses.values()))}
-    print(json.dumps({"out": str(Path(args.out).absolute()), "stages": counts}))
+    print(json.dumps({"out": str(out), "stages": counts}))
     if "failed" in counts:
         return 1
     return INCOMPLETE if {"stopped", "not_started"} & set(counts) else 0

@@ -3,8 +3,11 @@
 # Make them on a machine with internet:  bash ../shared/gpu/wheels.sh .whl   (or: pip download
 # --only-binary=:all: --python-version 3.12 -d .whl hydra-core omegaconf wandb)
 # A host with a registry needs none of this: pip install -e '.[test]'.
-if [ -d .whl ] && [ ! -f /tmp/site/.done ]; then
-    pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl && touch /tmp/site/.done
+# Every .whl*/ folder carried is installed: family_runs.sh carries .whl (hydra-core, omegaconf,
+# antlr4: 0.4 MB) without .whl-wandb (wandb and its needs: 24 MB), to leave room for the
+# stage weights it carries (the 64 MiB a call may carry).
+if compgen -G '.whl*/*.whl' > /dev/null && [ ! -f /tmp/site/.done ]; then
+    pip install -q --no-index --no-deps --target /tmp/site .whl*/*.whl && touch /tmp/site/.done
 fi
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export CUDA_AGENT_CACHE=${CUDA_AGENT_CACHE:-/tmp/ca-cache}

@@ -212,3 +212,30 @@ def test_the_actor_is_measured_on_training_and_held_out_tasks_before_rl(family_a
     with pytest.raises(SystemExit) as exit_info:
         eval_family_actor.main(["--actor", str(tmp_path / "missing"), "--out", str(tmp_path / "x.json")])
     assert exit_info.value.code == 2
+
+
+def test_finished_stages_continue_on_another_machine_from_exported_weights(pipeline_run, tmp_path):
+    """What family_runs.sh carries between GPU hosts: the small files of the runs, and the weights
+    of the finished stages a stage still to run starts from. Here the no_value ablation has not
+    run: it starts from RFT, so RFT's weights travel (in parts), and on the new machine its
+    actor-only checkpoint is the one this machine would have written."""
+    import shutil
+
+    import family_state
+
+    settings = fp.Settings(actor="/models/a")
+    chains = fp.plan_chains(pipeline_run, [0], ["graduated"], ["full", "no_value"], settings)
+    rft = pipeline_run / "graduated" / "seed0" / "rft"
+    assert family_state.starts_needed(chains, fp.DONE, fp.ACTOR_ONLY) == [rft]
+    sent = tmp_path / "sent"
+    manifest = family_state.export_weights([rft], pipeline_run, sent, part_bytes=200_000)
+    assert len(manifest["graduated__seed0__rft"]["parts"]) > 1
+    there = tmp_path / "there"
+    shutil.copytree(pipeline_run, there, ignore=shutil.ignore_patterns("*.ckpt"))
+    assert family_state.import_weights(sent, there, fp.DONE) == ["graduated/seed0/rft"]
+    assert family_state.import_weights(sent, there, fp.DONE) == []  # already there: nothing rewritten
+    carried = torch.load(fp.write_actor_only(there / "graduated" / "seed0" / "rft"), map_location="cpu",
+                         weights_only=False)["state_dict"]
+    original = torch.load(fp.write_actor_only(rft), map_location="cpu", weights_only=False)["state_dict"]
+    assert carried.keys() == original.keys() and all(torch.equal(v, original[k]) for k, v in carried.items())
+    assert all(v.dtype == original[k].dtype for k, v in carried.items())

@@ -1,0 +1,104 @@
+"""Carry the family pipeline (scripts/family_pipeline.py) between machines that share nothing.
+
+Issue 17's GPU calls run on hosts that start bare each session, and what comes back from one is
+limited (a few files of at most 16 MiB). Within a machine's life a stopped stage resumes from its
+full checkpoint; across machines only finished stages travel: the small files of every run
+(metrics, rollouts, markers: benchmarks/h200/family_runs.sh tars them) and, here, the weights of
+each finished stage that a stage still to run starts from, without optimizer state, in parts.
+
+    python scripts/family_pipeline.py ... --export-weights $OUT    # after the run, on the GPU host
+    python scripts/family_pipeline.py ... --import-weights .famstate   # before it, on the next host
+
+The weights stay float32 (the PPO stages move them by ~1e-5 a step; half precision would round
+that away). A part's name says its stage (``weights.graduated__seed0__rft.pt.part00``);
+``weights.json`` lists the parts and each stage's SHA-256, checked when the parts are joined.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+from pathlib import Path
+from typing import Iterable, Sequence
+
+MANIFEST = "weights.json"
+# Under the 16 MiB a returned file may have.
+PART_BYTES = 15 * 2 ** 20
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+class StateError(RuntimeError):
+    """Carried state that cannot be used: the message says which file and why."""
+
+
+def stage_key(stage_dir: Path, runs: Path) -> str:
+    """``graduated/seed0/rft`` -> ``graduated__seed0__rft`` (a name a returned file may have)."""
+    return "__".join(stage_dir.relative_to(runs).parts)
+
+
+def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_bytes: int = PART_BYTES) -> dict:
+    """Each stage's ``state_dict`` (its last.ckpt without optimizer or loop state) as parts of at
+    most ``part_bytes`` in ``dest``, and the manifest; returns the manifest."""
+    import torch
+
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest = {}
+    for stage_dir in sorted(set(stage_dirs)):
+        ckpt = stage_dir / CHECKPOINT
+        if not ckpt.is_file():
+            raise StateError(f"{stage_dir}: finished, but its checkpoint {ckpt} is missing")
+        buffer = io.BytesIO()
+        torch.save({"state_dict": torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]}, buffer)
+        data, key = buffer.getvalue(), stage_key(stage_dir, runs)
+        parts = [f"weights.{key}.pt.part{i:02d}" for i in range((len(data) + part_bytes - 1) // part_bytes)]
+        for i, name in enumerate(parts):
+            (dest / name).write_bytes(data[i * part_bytes:(i + 1) * part_bytes])
+        manifest[key] = {"stage": stage_dir.relative_to(runs).as_posix(), "parts": parts, "bytes": len(data),
+                         "sha256": hashlib.sha256(data).hexdigest()}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
+    """Join the parts in ``src`` into ``<stage>/checkpoints/last.ckpt`` of each finished stage
+    under ``runs`` that has no checkpoint yet; returns the stages written. A stage not marked
+    finished (``done_marker``) under ``runs``, a missing part or a wrong checksum is an error."""
+    manifest_path = src / MANIFEST
+    if not manifest_path.is_file():
+        raise StateError(f"{manifest_path}: no weights manifest (copy every file a run returned into {src})")
+    written = []
+    for key, entry in json.loads(manifest_path.read_text()).items():
+        stage_dir = runs / entry["stage"]
+        if not (stage_dir / done_marker).is_file():
+            raise StateError(f"{stage_dir}: the carried weights {key} belong to a finished stage, but it is not "
+                             f"marked finished here (unpack the runs' small files into {runs} first)")
+        target = stage_dir / CHECKPOINT
+        if target.exists():
+            continue
+        missing = [p for p in entry["parts"] if not (src / p).is_file()]
+        if missing:
+            raise StateError(f"{src}: parts missing for {key}: {', '.join(missing)}")
+        data = b"".join((src / p).read_bytes() for p in entry["parts"])
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise StateError(f"{src}: the parts of {key} do not add up to what was exported (checksum differs)")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".partial")
+        partial.write_bytes(data)
+        os.replace(partial, target)
+        written.append(entry["stage"])
+    return written
+
+
+def starts_needed(chains: Sequence[Sequence], done_marker: str, actor_only: str) -> list[Path]:
+    """The finished stages that a stage still to run starts from (its ``init``: only those need
+    their weights on the next machine). ``chains``: family_pipeline.plan_chains' StageRuns."""
+    needed = []
+    for chain in chains:
+        for run in chain:
+            if (run.stage_dir / done_marker).exists() or not run.stage.init:
+                continue
+            source = run.source / ("rft" if run.stage.init == actor_only else run.stage.init)
+            if (source / done_marker).exists() and source not in needed:
+                needed.append(source)
+    return needed

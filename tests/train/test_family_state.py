@@ -1,0 +1,86 @@
+"""scripts/family_state.py: the weights of finished family-pipeline stages, exported in parts and
+joined on another machine, and the clear errors of carried state that cannot be used."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import family_pipeline as fp  # noqa: E402
+import family_state as fs  # noqa: E402
+
+
+def finished_stage(runs: Path, rel: str, seed: int = 0) -> Path:
+    """A stage directory as train.py leaves it: a Lightning checkpoint (weights, optimizer and
+    loop state) and the pipeline's done marker."""
+    stage = runs / rel
+    (stage / "checkpoints").mkdir(parents=True)
+    torch.manual_seed(seed)
+    state = {"actor.w": torch.randn(300, 100), "critic.v": torch.randn(100)}
+    torch.save({"state_dict": state, "optimizer_states": [{"exp_avg": torch.randn(300, 100)}], "global_step": 3},
+               stage / "checkpoints" / "last.ckpt")
+    (stage / fp.DONE).write_text("{}\n")
+    return stage
+
+
+def test_what_is_needed_is_what_a_stage_still_to_run_starts_from(tmp_path):
+    runs = tmp_path / "runs"
+    chains = lambda ablations: fp.plan_chains(runs, [0], ["graduated"], ablations, fp.Settings(actor="a"))  # noqa: E731
+    assert fs.starts_needed(chains(["full"]), fp.DONE, fp.ACTOR_ONLY) == []  # nothing finished yet
+    warmup = finished_stage(runs, "graduated/seed0/warmup")
+    assert fs.starts_needed(chains(["full"]), fp.DONE, fp.ACTOR_ONLY) == [warmup]  # RFT starts from it
+    rft = finished_stage(runs, "graduated/seed0/rft")
+    # full: value pretraining starts from RFT; no_value's PPO from RFT's actor; no_rft's value from the warm-up.
+    assert fs.starts_needed(chains(["full", "no_value"]), fp.DONE, fp.ACTOR_ONLY) == [rft]
+    assert fs.starts_needed(chains(["full", "no_rft"]), fp.DONE, fp.ACTOR_ONLY) == [rft, warmup]
+
+
+def test_parts_join_into_the_weights_without_optimizer_state(tmp_path):
+    runs, there = tmp_path / "runs", tmp_path / "there"
+    stage = finished_stage(runs, "binary/seed1/value")
+    manifest = fs.export_weights([stage], runs, tmp_path / "out", part_bytes=50_000)
+    parts = manifest["binary__seed1__value"]["parts"]
+    assert len(parts) == 3 and all((tmp_path / "out" / p).stat().st_size <= 50_000 for p in parts)
+    (there / "binary/seed1/value").mkdir(parents=True)
+    (there / "binary/seed1/value" / fp.DONE).write_text("{}\n")
+    assert fs.import_weights(tmp_path / "out", there, fp.DONE) == ["binary/seed1/value"]
+    carried = torch.load(there / "binary/seed1/value/checkpoints/last.ckpt", weights_only=False)
+    original = torch.load(stage / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert set(carried) == {"state_dict"}
+    assert all(torch.equal(carried["state_dict"][k], v) for k, v in original.items())
+
+
+def test_carried_state_that_cannot_be_used_is_a_clear_error(tmp_path):
+    runs, there, out = tmp_path / "runs", tmp_path / "there", tmp_path / "out"
+    with pytest.raises(fs.StateError, match="no weights manifest"):
+        fs.import_weights(out, there, fp.DONE)
+    with pytest.raises(fs.StateError, match="checkpoint .* is missing"):
+        (runs / "graduated/seed0/rft").mkdir(parents=True)
+        fs.export_weights([runs / "graduated/seed0/rft"], runs, out)
+    stage = finished_stage(tmp_path / "r2", "graduated/seed0/rft")
+    manifest = fs.export_weights([stage], tmp_path / "r2", out, part_bytes=50_000)
+    with pytest.raises(fs.StateError, match="not marked finished"):
+        fs.import_weights(out, there, fp.DONE)
+    (there / "graduated/seed0/rft").mkdir(parents=True)
+    (there / "graduated/seed0/rft" / fp.DONE).write_text("{}\n")
+    first = out / manifest["graduated__seed0__rft"]["parts"][0]
+    first.write_bytes(first.read_bytes()[:-1] + b"x")
+    with pytest.raises(fs.StateError, match="checksum differs"):
+        fs.import_weights(out, there, fp.DONE)
+    first.unlink()
+    with pytest.raises(fs.StateError, match="parts missing"):
+        fs.import_weights(out, there, fp.DONE)
+    assert not (there / "graduated/seed0/rft/checkpoints/last.ckpt").exists()  # nothing half-written
+    assert json.loads((out / fs.MANIFEST).read_text())["graduated__seed0__rft"]["stage"] == "graduated/seed0/rft"
+
+
+def test_the_pipeline_refuses_carried_state_it_cannot_use(tmp_path, capsys):
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")
+    code = fp.main(["--actor", str(actor), "--out", str(tmp_path / "runs"), "--import-weights", str(tmp_path / "none")])
+    assert code == 2 and "no weights manifest" in capsys.readouterr().err
