@@ -120,7 +120,7 @@ class RolloutDataModule(pl.LightningDataModule):
     def _is_rank_zero(self) -> bool:
         return self.trainer is None or self.trainer.global_rank == 0
 
-    def prewarm(self) -> dict[str, float]:
+    def prewarm(self) -> None:
         """Time the eager and torch.compile baselines of every training and validation task,
         ``prewarm_workers`` tasks at once, into the sandbox's baseline cache, before the first
         step. Otherwise each task pays them (tens of seconds of torch.compile work on the
@@ -139,10 +139,8 @@ class RolloutDataModule(pl.LightningDataModule):
                     refused += 1
                     log.warning("baselines of task %s: %s", record["id"], record["task_error"])
                 bar.update(1)
-        seconds = time.monotonic() - start
         log.info("baselines of %d tasks ready in %.0f s (%d at once; %d refused)",
-                 len(tasks), seconds, self.prewarm_workers, refused)
-        return {"tasks": float(len(tasks)), "refused": float(refused), "seconds": seconds}
+                 len(tasks), time.monotonic() - start, self.prewarm_workers, refused)
 
     def sandbox_config(self):
         from sandbox.config import SandboxConfig
