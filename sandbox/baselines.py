@@ -32,13 +32,40 @@ def software_versions() -> dict[str, str | None]:
 
 
 def baseline_cache_path(job: dict, device: str) -> Path:
-    task_hash = hashlib.sha256(Path(job["task_path"]).read_bytes()).hexdigest()
+    return cache_file(Path(job["task_path"]).read_bytes(), job, device)
+
+
+def cache_file(task_bytes: bytes, job: dict, device: str) -> Path:
+    """The cache file of a task's baselines: the task's bytes as the worker reads them, and the
+    job's backend, timing, compile_baseline and cache_root."""
+    task_hash = hashlib.sha256(task_bytes).hexdigest()
     timing = {k: v for k, v in job["timing"].items() if k not in NOT_IN_KEY}
     key = json.dumps({"task": task_hash, "backend": job["backend"], "device": device,
                       "software": software_versions(), "timing": timing, "method": METHOD_VERSION,
                       "compile_baseline": job["compile_baseline"]}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()
     return Path(job["cache_root"]) / "baselines" / f"{digest}.json"
+
+
+def cached_baselines(task_path: str | Path, cfg) -> dict | None:
+    """The task's baselines already in the cache under ``cfg`` on this host, read without a
+    worker (None: not cached, or this process cannot tell: several GPU models visible, or
+    CUDA not initialisable here). Raises TaskError for an unusable task file."""
+    from .task import load_task_source
+    from .worker_common import device_name
+
+    if cfg.backend == "cuda":
+        names = {torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())} \
+            if torch.cuda.is_available() else set()
+        if len(names) != 1:
+            return None
+        device = names.pop()
+    else:
+        device = device_name(torch.device("cpu"))
+    # The evaluation writes the task's source out as UTF-8 text and the worker hashes that file.
+    job = {"backend": cfg.backend, "timing": cfg.to_dict()["timing"], "compile_baseline": cfg.compile_baseline,
+           "cache_root": str(cfg.cache_root)}
+    return load_baselines(cache_file(load_task_source(task_path).encode("utf-8"), job, device))
 
 
 def load_baselines(path: Path) -> dict | None:

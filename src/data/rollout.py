@@ -124,23 +124,35 @@ class RolloutDataModule(pl.LightningDataModule):
         """Time the eager and torch.compile baselines of every training and validation task,
         ``prewarm_workers`` tasks at once, into the sandbox's baseline cache, before the first
         step. Otherwise each task pays them (tens of seconds of torch.compile work on the
-        host) on its first rollout, inside a training step, a few tasks at a time. Tasks already
-        cached cost a reference worker's start-up; a task the sandbox refuses is logged and left
-        to its rollouts (which report it)."""
+        host) on its first rollout, inside a training step, a few tasks at a time. Tasks whose
+        baselines are already cached are read here and skipped (no worker starts: a stage that
+        follows another on the same host pays nothing); a task the sandbox refuses is logged and
+        left to its rollouts (which report it)."""
         from tqdm import tqdm
 
+        from sandbox.baselines import cached_baselines
         from sandbox.baselines_cli import time_tasks
+        from sandbox.errors import TaskError
 
-        tasks = self.train_tasks + self.val_tasks
+        tasks, cfg = self.train_tasks + self.val_tasks, self.sandbox_config()
         start, refused = time.monotonic(), 0
-        with tqdm(total=len(tasks), unit="task", desc="baselines", disable=None) as bar:
-            for record in time_tasks([(t.path, t.id) for t in tasks], self.sandbox_config(), self.prewarm_workers):
+        todo = []
+        for task in tasks:
+            try:
+                cached = cached_baselines(task.path, cfg)
+            except TaskError:
+                cached = None  # time_tasks names the problem below
+            if cached is None:
+                todo.append(task)
+        with tqdm(total=len(todo), unit="task", desc="baselines", disable=None) as bar:
+            for record in time_tasks([(t.path, t.id) for t in todo], cfg, self.prewarm_workers):
                 if "task_error" in record:
                     refused += 1
                     log.warning("baselines of task %s: %s", record["id"], record["task_error"])
                 bar.update(1)
-        log.info("baselines of %d tasks ready in %.0f s (%d at once; %d refused)",
-                 len(tasks), time.monotonic() - start, self.prewarm_workers, refused)
+        log.info("baselines of %d tasks ready in %.0f s (%d cached before, %d timed %d at once; %d refused)",
+                 len(tasks), time.monotonic() - start, len(tasks) - len(todo), len(todo),
+                 self.prewarm_workers, refused)
 
     def sandbox_config(self):
         from sandbox.config import SandboxConfig

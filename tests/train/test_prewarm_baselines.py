@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from sandbox.baselines import cached_baselines
 from sandbox.judge import evaluate_baselines
 from src.data.rollout import RolloutDataModule
 
@@ -67,7 +68,25 @@ def test_setup_times_every_task_into_the_rollouts_cache(datamodule, caplog):
         assert m.eager_us > 0
     # The cache is keyed by the sandbox settings: other timing settings miss it.
     other = replace(cfg, timing=replace(cfg.timing, repeats=cfg.timing.repeats + 1))
+    assert cached_baselines(usable[0].path, other) is None
     assert not evaluate_baselines(usable[0].path, other).baseline_cached
+
+
+def test_a_later_setup_reads_cached_baselines_without_timing_them_again(datamodule, caplog):
+    datamodule.prepare()
+    datamodule.setup("fit")
+    cfg = datamodule.sandbox_config()
+    usable = [t for t in datamodule.train_tasks + datamodule.val_tasks if t.path.stem != "broken_init"]
+    # Read in this process under the key the reference worker stored them under.
+    for task in usable:
+        cached = cached_baselines(task.path, cfg)
+        assert cached is not None, f"{task.id}: the worker's cache entry is not found from outside it"
+        assert cached["eager"]["median_us"] == pytest.approx(evaluate_baselines(task.path, cfg).eager_us)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="src.data.rollout"):
+        datamodule.prewarm()
+    # Only the task the sandbox refused (never cached) is tried again.
+    assert "3 cached before, 1 timed" in caplog.text and "1 refused" in caplog.text
 
 
 def test_prewarm_is_off_by_default_and_refuses_a_negative_count(tmp_path):
