@@ -31,12 +31,20 @@ if [ ! -d outputs/family/runs ] && [ -f "$STATE/family_runs.tar.gz" ]; then
     if [ -f "$STATE/weights.json" ]; then carried=(--import-weights "$STATE"); fi
     echo "continuing from $STATE: $(ls "$CUDA_AGENT_CACHE"/baselines 2>/dev/null | wc -l) cached baselines, ${carried[*]:-no weights}"
 fi
+# The family tasks' baselines timed on an earlier host of this kind (data/family/baselines_h200.tar.gz:
+# cache entries keyed by CPU model, core count and software, so a host that differs misses them
+# and times its own); entries already in the cache are kept.
+mkdir -p "$CUDA_AGENT_CACHE"
+tar xzf data/family/baselines_h200.tar.gz -C "$CUDA_AGENT_CACHE" --skip-old-files
 start=$(date +%s)
+# sampling.max_batch=16: every episode in flight (conf/data/family.yaml) in one generation batch;
+# a 4 M-parameter actor's decode step is launch-bound, so 16 rows should cost about what 8 do
+# (the runs before 2026-12-04's third call used 8: compare perf/generation_s).
 # shellcheck disable=SC2086  # EXTRA is a list of arguments
 python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
     --time-budget-s $((LIMIT - 45)) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
-    --set data.prewarm_baselines=12 "${carried[@]}" --export-weights "$OUT" ${EXTRA:-} \
+    --set data.prewarm_baselines=12 --set sampling.max_batch=16 "${carried[@]}" --export-weights "$OUT" ${EXTRA:-} \
     > "$OUT/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 tail -5 outputs/family/runs/pipeline.jsonl 2>/dev/null
