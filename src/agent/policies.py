@@ -18,6 +18,7 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Optional, Protocol, Sequence
 
 from src.llm import LLMError, build_chat_model
@@ -137,7 +138,8 @@ class HFPolicy:
     def __init__(self, model_name_or_path: str = "", model: Any = None, tokenizer: Any = None,
                  device: Optional[str] = None, dtype: str = "auto", lora_path: str = "", temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, seed: Optional[int] = None, max_batch: int = 1,
-                 batch_wait_ms: float = 5.0, version: int = 0, name: str = "", generation_gate: Any = None):
+                 batch_wait_ms: float = 5.0, version: int = 0, name: str = "", generation_gate: Any = None,
+                 decoder: str = "hf"):
         if model is None or tokenizer is None:
             from src.llm.hf_local import load_pretrained
 
@@ -153,6 +155,7 @@ class HFPolicy:
         # also times on keeps timing and generation apart (src/data/rollout.py device_gate).
         self.generation_gate = generation_gate or contextlib.nullcontext
         self.params = SamplingParams(float(temperature), float(top_p), int(top_k))
+        self._static = static_decoder(model, decoder, self.device)
         self.stop_ids = end_of_turn_ids(tokenizer, model)
         self.version = int(version)
         self._generator = seeded_generator(self.device, seed)
@@ -233,8 +236,9 @@ class HFPolicy:
             modes = [(module, module.training) for module in self.model.modules()]
             self.model.eval()
             try:
-                replies = generate_replies(self.model, [ids for ids, _ in prompts], [n for _, n in prompts],
-                                           self.stop_ids, self._pad_id(), self.params, self._generator)
+                generate = self._static.generate if self._static is not None else partial(generate_replies, self.model)
+                replies = generate([ids for ids, _ in prompts], [n for _, n in prompts],
+                                   self.stop_ids, self._pad_id(), self.params, self._generator)
             finally:
                 for module, training in modes:
                     module.training = training
@@ -250,6 +254,23 @@ class HFPolicy:
     def _pad_id(self) -> int:
         tok = self.tokenizer
         return tok.pad_token_id if tok.pad_token_id is not None else self.stop_ids[0]
+
+
+DECODERS = ("hf", "static", "auto")
+
+
+def static_decoder(model: Any, decoder: str, device: Any) -> Any:
+    """The static-cache decoder (src/agent/static_decode.py) the ``decoder`` setting asks for:
+    "hf" none (the model's own forward, sampling.generate_replies); "static" always (a model it
+    does not cover is an error); "auto" on a CUDA device when the model is covered."""
+    from . import static_decode
+
+    if decoder not in DECODERS:
+        raise ValueError(f"sampling decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
+    if decoder == "hf" or (decoder == "auto" and not (getattr(device, "type", "") == "cuda"
+                                                     and static_decode.supports(model))):
+        return None
+    return static_decode.LlamaStaticDecoder(model)
 
 
 def _serve_batches(requests: "queue.Queue[Any]", policy_ref: "weakref.ref[HFPolicy]", max_batch: int,
