@@ -194,9 +194,10 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
         return "skipped"
     if (stage_dir / "checkpoints" / "last.ckpt").exists():
         overrides = overrides + ["ckpt_path=last"]
-    elif stage_dir.exists():  # a start killed before its first checkpoint: nothing to keep
+    elif stage_dir.exists():  # a start killed before its first checkpoint: only its log to keep
         import shutil
 
+        keep_log(stage_dir)
         shutil.rmtree(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "train.py", *overrides]
@@ -208,6 +209,15 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     with LOG_LOCK, log.open("a") as f:
         f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "command": command}) + "\n")
     return status
+
+
+def keep_log(stage_dir: Path) -> None:
+    """Append the log of a start that is about to be discarded to ``<stage>.killed.log`` beside
+    the stage (what it did before it was stopped: set-up, baselines, its first step's progress)."""
+    log = stage_dir / "pipeline.log"
+    if log.exists():
+        with (stage_dir.parent / f"{stage_dir.name}.killed.log").open("a") as kept:
+            kept.write(log.read_text(errors="replace"))
 
 
 def launch(command: list[str], log_path: Path, timeout: Optional[float]) -> str:

@@ -18,6 +18,7 @@
 # baselines.tar.gz, weights.json and weights.*.part* (scripts/family_state.py).
 # Usage: bash benchmarks/h200/family_runs.sh [SEEDS] [LIMIT_S]
 set -u
+t0=$(date +%s)
 source benchmarks/h200/setup.sh
 SEEDS=${1:-0} LIMIT=${2:-540} ACTOR=${ACTOR:-/tmp/family_actor} STATE=${STATE:-.famstate}
 if [ "$ACTOR" = /tmp/family_actor ] && [ ! -f /tmp/family_actor/config.json ]; then
@@ -36,15 +37,34 @@ fi
 # and times its own); entries already in the cache are kept.
 mkdir -p "$CUDA_AGENT_CACHE"
 tar xzf data/family/baselines_h200.tar.gz -C "$CUDA_AGENT_CACHE" --skip-old-files
+# The reply decoder: DECODER=hf or static, or "check" (the default): the static-cache decoder's GPU
+# test (tests/agent/test_static_decode_gpu.py) decides, and benchmarks/bench_decode.py records both
+# decoders' speed on the actor with the host's cores busy (decode.json, decoder_check.log in $OUT);
+# the choice is kept in /tmp for the warm machine's later calls.
+DECODER=${DECODER:-check}
+if [ "$DECODER" = check ] && [ -f /tmp/family_decoder ]; then DECODER=$(cat /tmp/family_decoder); fi
+if [ "$DECODER" = check ]; then
+    # Passed, not skipped (a host without CUDA skips the test and exits 0).
+    if python3 -m pytest -q -p no:cacheprovider tests/agent/test_static_decode_gpu.py > "$OUT/decoder_check.log" 2>&1 \
+        && ! grep -q skipped "$OUT/decoder_check.log"; then
+        DECODER=static
+        timeout 120 python3 benchmarks/bench_decode.py --actor "$ACTOR" --rows 1,8,16 --steps 256 --load \
+            --out "$OUT/decode.json" >> "$OUT/decoder_check.log" 2>&1
+    else
+        DECODER=hf
+    fi
+    echo "$DECODER" > /tmp/family_decoder
+    echo "decoder: $DECODER"; tail -8 "$OUT/decoder_check.log"
+fi
 start=$(date +%s)
 # sampling.max_batch=16: every episode in flight (conf/data/family.yaml) in one generation batch;
 # a 4 M-parameter actor's decode step is launch-bound, so 16 rows should cost about what 8 do
-# (the runs before 2026-12-04's third call used 8: compare perf/generation_s).
+# (the runs until 2026-12-04 used 8: compare perf/generation_s).
 # shellcheck disable=SC2086  # EXTRA is a list of arguments
 python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
-    --time-budget-s $((LIMIT - 45)) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
-    --set data.prewarm_baselines=12 --set sampling.max_batch=16 "${carried[@]}" --export-weights "$OUT" ${EXTRA:-} \
+    --time-budget-s $((LIMIT - 45 - (start - t0))) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
+    --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" "${carried[@]}" --export-weights "$OUT" ${EXTRA:-} \
     > "$OUT/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 tail -5 outputs/family/runs/pipeline.jsonl 2>/dev/null

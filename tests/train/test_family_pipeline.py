@@ -152,6 +152,17 @@ def test_the_no_value_ablation_starts_from_the_rft_actor_alone(pipeline_run):
     assert all(torch.equal(v, full[k]) for k, v in actor_only.items())
 
 
+def test_a_start_killed_before_its_first_checkpoint_restarts_and_its_log_is_kept(tmp_path):
+    stage = tmp_path / "graduated" / "seed0" / "warmup"
+    stage.mkdir(parents=True)
+    (stage / "pipeline.log").write_text("baselines of 36 tasks ready in 410 s\n")
+    (stage / "metrics.csv").write_text("step\n")  # no checkpoint: nothing of it can be resumed
+    status = fp.run_stage(stage, ["stage=no_such_stage"], None, tmp_path / "pipeline.jsonl")
+    assert status == "failed" and not (stage / "metrics.csv").exists()
+    assert "410 s" in (stage.parent / "warmup.killed.log").read_text()
+    assert "410 s" not in (stage / "pipeline.log").read_text()  # the new start's own log
+
+
 def test_each_ablation_needs_its_stages_once_in_order():
     names = lambda ablations: [s.name for s in fp.stages_for(ablations)]  # noqa: E731
     assert names(["full"]) == ["warmup", "rft", "value", "agentic_full"]
