@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import queue
 import threading
 import time
@@ -25,6 +26,8 @@ from src.llm import LLMError, build_chat_model
 
 from .sampling import SamplingParams, generate_replies, seeded_generator
 from .toolcall import as_tool_call, format_tool_call
+
+log = logging.getLogger(__name__)
 
 
 class PolicyError(RuntimeError):
@@ -269,7 +272,10 @@ def static_decoder(model: Any, decoder: str, device: Any) -> Any:
         raise ValueError(f"sampling decoder must be one of {', '.join(DECODERS)}, got {decoder!r}")
     if decoder == "hf" or (decoder == "auto" and not (getattr(device, "type", "") == "cuda"
                                                      and static_decode.supports(model))):
+        log.info("replies decoded through the model's forward (decoder %s)", decoder)
         return None
+    log.info("replies decoded by the static-cache decoder%s (decoder %s)",
+             " with CUDA graphs" if getattr(device, "type", "") == "cuda" else "", decoder)
     return static_decode.LlamaStaticDecoder(model)
 
 
