@@ -23,6 +23,7 @@ embedding that does not depend on the sequence length); ``HFPolicy`` falls back 
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
@@ -154,8 +155,8 @@ class LlamaStaticDecoder:
         device = self.model.get_input_embeddings().weight.device
         width, longest = max(len(p) for p in prompts), max(budgets)
         shape = _Shape(_next_power_of_two(len(prompts)), _round_up(width + longest, CACHE_BUCKET))
-        with torch.no_grad():
-            cache, graph = self._cache_for(shape, device)
+        with torch.no_grad(), _autocast_without_cache(device) as amp:
+            cache, graph = self._cache_for(shape, device, amp)
             ids = torch.full((shape.rows, width), pad_id, dtype=torch.long)
             real = torch.zeros((shape.rows, width), dtype=torch.bool)
             for row, prompt in enumerate(prompts):
@@ -199,9 +200,9 @@ class LlamaStaticDecoder:
     def _graphs_enabled(self, device: torch.device) -> bool:
         return device.type == "cuda" if self.use_graphs is None else bool(self.use_graphs and device.type == "cuda")
 
-    def _cache_for(self, shape: _Shape, device: torch.device) -> tuple[StaticCache, Any]:
+    def _cache_for(self, shape: _Shape, device: torch.device, amp: Optional[torch.dtype]) -> tuple[StaticCache, Any]:
         dtype = self.model.get_input_embeddings().weight.dtype
-        key = (shape.rows, shape.columns, str(device), dtype,
+        key = (shape.rows, shape.columns, str(device), dtype, amp,
                tuple(p.data_ptr() for p in self.model.parameters()))
         if key in self._graphs:
             self._graphs[key] = self._graphs.pop(key)  # most recently used last
@@ -229,6 +230,19 @@ class LlamaStaticDecoder:
         with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             cache.logits = self.forward(cache, cache.token, cache.position, cache.column)
         return graph
+
+
+@contextmanager
+def _autocast_without_cache(device: torch.device):
+    """The caller's autocast (yields its dtype, or None when off) with the cast-weight cache
+    disabled: a captured graph must read the weights themselves, not casts of them cached outside
+    it (freed when the autocast region ends). A graph is captured per autocast state."""
+    if not torch.is_autocast_enabled(device.type):
+        yield None
+        return
+    dtype = torch.get_autocast_dtype(device.type)
+    with torch.autocast(device.type, dtype=dtype, cache_enabled=False):
+        yield dtype
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:

@@ -80,3 +80,19 @@ def test_the_policy_decodes_through_it_when_asked(tiny_llama, ids_tokenizer):
     assert HFPolicy(model=model, tokenizer=ids_tokenizer, decoder="auto")._static is None
     with pytest.raises(ValueError, match="decoder must be one of hf, static, auto, got 'fast'"):
         HFPolicy(model=model, tokenizer=ids_tokenizer, decoder="fast")
+
+
+def test_under_autocast_the_replies_are_the_autocast_forwards(tiny_llama):
+    model = tiny_llama().float()
+    decoder = static_decode.LlamaStaticDecoder(model)
+    plain = decoder.generate(PROMPTS, [12] * 3, [], 0, SamplingParams(0.0))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        mixed = decoder.generate(PROMPTS, [12] * 3, [], 0, SamplingParams(0.0))
+    assert len(decoder._graphs) == 2  # one cache per autocast state, none reused across them
+    for prompt, reply, exact in zip(PROMPTS, mixed, plain):
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(input_ids=torch.tensor([prompt + reply.token_ids])).logits[0].float()
+        steps = logits[len(prompt) - 1:len(prompt) + len(reply.token_ids) - 1]
+        expected = torch.log_softmax(steps, -1).gather(1, torch.tensor(reply.token_ids)[:, None])[:, 0]
+        assert reply.logprobs == pytest.approx(expected.tolist(), abs=0.05)  # bfloat16's precision
+        assert reply.logprobs != pytest.approx(exact.logprobs, abs=1e-6)  # it did run in bfloat16

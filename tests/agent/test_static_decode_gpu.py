@@ -30,3 +30,25 @@ def test_graph_replies_match_the_models_own_forward_on_the_gpu(tiny_llama):
     reference = generate_replies(model, PROMPTS, budgets, [2], 0, SamplingParams(0.0))
     assert [r.token_ids for r in again] == [r.token_ids for r in reference]
     assert len(decoder._graphs) == 1  # the same shape: the same graph
+
+
+def test_graphs_captured_under_autocast_read_the_current_weights(tiny_llama):
+    import torch
+
+    model = tiny_llama().float().cuda()
+    decoder = static_decode.LlamaStaticDecoder(model)
+
+    def replies():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return decoder.generate(PROMPTS, [16] * 3, [], 0, SamplingParams(0.0))
+
+    def reference():
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return generate_replies(model, PROMPTS, [16] * 3, [], 0, SamplingParams(0.0))
+
+    first = replies()
+    for mine, ref in zip(first, reference()):
+        assert mine.logprobs == pytest.approx(ref.logprobs, abs=0.05)  # bfloat16's precision
+    with torch.no_grad():
+        model.lm_head.weight.mul_(-1.0)  # a cached bfloat16 cast of the old weights would miss this
+    assert [r.token_ids for r in replies()] != [r.token_ids for r in first]
