@@ -134,7 +134,9 @@ class HFPolicy:
     With ``max_batch`` > 1, concurrent episodes' calls are gathered (for up to ``batch_wait_ms``
     after the first) by a batcher thread and generated as one left-padded batch with a KV cache.
     ``close()`` (or leaving a ``with`` block) stops that thread; it holds the policy only weakly,
-    so a policy dropped without close is collected and its thread ends too."""
+    so a policy dropped without close is collected and its thread ends too. ``decoder`` picks
+    the loop that runs a batch (``static_decoder``: the model's forward, or the static-cache
+    decoder with CUDA graphs for Llama models)."""
 
     reports_logprobs = True
 

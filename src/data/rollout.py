@@ -68,6 +68,18 @@ def share_pool_env(output_dir: Path) -> None:
     os.environ.setdefault(POOL_KEY_ENV, secrets.token_hex(16))
 
 
+def baselines_cached(task_path: Path, cfg) -> bool:
+    """The task's baselines are in the sandbox cache under ``cfg`` (an unusable task file: not
+    cached; timing it names the problem)."""
+    from sandbox.baselines import cached_baselines
+    from sandbox.errors import TaskError
+
+    try:
+        return cached_baselines(task_path, cfg) is not None
+    except TaskError:
+        return False
+
+
 class RolloutDataModule(pl.LightningDataModule):
     def __init__(self, tasks: str, output_dir: str, sandbox: Mapping[str, Any], reward: str,
                  tasks_per_step: int = 4, samples_per_task: int = 2, val_fraction: float = 0.1,
@@ -130,20 +142,11 @@ class RolloutDataModule(pl.LightningDataModule):
         left to its rollouts (which report it)."""
         from tqdm import tqdm
 
-        from sandbox.baselines import cached_baselines
         from sandbox.baselines_cli import time_tasks
-        from sandbox.errors import TaskError
 
         tasks, cfg = self.train_tasks + self.val_tasks, self.sandbox_config()
         start, refused = time.monotonic(), 0
-        todo = []
-        for task in tasks:
-            try:
-                cached = cached_baselines(task.path, cfg)
-            except TaskError:
-                cached = None  # time_tasks names the problem below
-            if cached is None:
-                todo.append(task)
+        todo = [t for t in tasks if not baselines_cached(t.path, cfg)]
         with tqdm(total=len(todo), unit="task", desc="baselines", disable=None) as bar:
             for record in time_tasks([(t.path, t.id) for t in todo], cfg, self.prewarm_workers):
                 if "task_error" in record:
