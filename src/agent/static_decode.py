@@ -102,21 +102,24 @@ class LlamaStaticDecoder:
         scale = getattr(rotary, "attention_scaling", 1.0)
         return (emb.cos() * scale).to(dtype)[:, None], (emb.sin() * scale).to(dtype)[:, None]
 
-    def forward(self, cache: StaticCache, ids: torch.Tensor, positions: torch.Tensor, start: torch.Tensor) -> torch.Tensor:
+    def forward(self, cache: StaticCache, ids: torch.Tensor, positions: torch.Tensor, start: torch.Tensor,
+                span: Optional[int] = None) -> torch.Tensor:
         """Tokens ``ids`` [B, T] at ``positions`` written into cache columns start..start+T-1
         (``start``: a [1] device tensor); returns the last position's logits [B, V]. Each query
-        attends to the valid columns up to its own."""
+        attends to the valid columns up to its own. ``span``: attend over the first ``span``
+        columns only (eager calls, which know it; a captured graph attends over all of them)."""
         inner = self.base.model
         hidden = inner.embed_tokens(ids)
         cos, sin = self._rotary(positions, hidden.dtype)
         width = ids.shape[1]
         columns = start + torch.arange(width, device=ids.device)
-        every = torch.arange(cache.valid.shape[1], device=ids.device)[None, :]
+        span = span or cache.valid.shape[1]
+        every = torch.arange(span, device=ids.device)[None, :]
         seen, own = every <= columns[:, None], every == columns[:, None]  # [T, S]
         # A query always sees its own column: a padding query sees no valid column otherwise, which
         # some attention kernels answer with NaN, and NaN values in the cache would poison even
         # the queries that mask them out (0 x NaN).
-        mask = ((cache.valid[:, None, :] & seen[None]) | own[None])[:, None]  # [B, 1, T, S]
+        mask = ((cache.valid[:, None, :span] & seen[None]) | own[None])[:, None]  # [B, 1, T, span]
         for index, layer in enumerate(inner.layers):
             residual = hidden
             hidden = layer.input_layernorm(hidden)
@@ -137,6 +140,7 @@ class LlamaStaticDecoder:
         keys, values = cache.keys[index], cache.values[index]
         keys.index_copy_(2, columns, k.to(keys.dtype))
         values.index_copy_(2, columns, v.to(values.dtype))
+        keys, values = keys[:, :, :mask.shape[-1]], values[:, :, :mask.shape[-1]]
         groups = q.shape[1] // keys.shape[1]
         full_k = keys.repeat_interleave(groups, dim=1) if groups > 1 else keys
         full_v = values.repeat_interleave(groups, dim=1) if groups > 1 else values
@@ -179,7 +183,7 @@ class LlamaStaticDecoder:
                 cache.position.copy_(next_position)
                 cache.column.fill_(column)
                 cache.valid[:, column] = True
-                logits = self._decode(cache, graph)
+                logits = self._decode(cache, graph, column + 1)
                 next_position, column = next_position + 1, column + 1
         return replies
 
@@ -188,12 +192,12 @@ class LlamaStaticDecoder:
         for start in range(0, ids.shape[1], PREFILL_CHUNK):
             stop = min(start + PREFILL_CHUNK, ids.shape[1])
             logits = self.forward(cache, ids[:, start:stop], positions[:, start:stop],
-                                  torch.tensor([start], device=ids.device))
+                                  torch.tensor([start], device=ids.device), span=stop)
         return logits
 
-    def _decode(self, cache: StaticCache, graph: Any) -> torch.Tensor:
+    def _decode(self, cache: StaticCache, graph: Any, span: int) -> torch.Tensor:
         if graph is None:
-            return self.forward(cache, cache.token, cache.position, cache.column)
+            return self.forward(cache, cache.token, cache.position, cache.column, span)
         graph.replay()
         return cache.logits
 
