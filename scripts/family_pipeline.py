@@ -354,7 +354,28 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--export-weights", default="",
                    help="after the run, write the weights of the finished stages that a stage still to run starts "
                         "from into this folder, in parts that travel (scripts/family_state.py)")
+    p.add_argument("--export-max-mb", type=float, default=0.0,
+                   help="at most this many MB of exported weights (0: no limit); the stages furthest along the "
+                        "pipeline go first, the rest run again on the next machine")
     return p.parse_args(argv)
+
+
+def depth(stage_name: str) -> int:
+    """How many stages run before this one in its chain (the device time its weights stand for)."""
+    stage = STAGES["rft" if stage_name == ACTOR_ONLY else stage_name]
+    return 1 + max((depth(b) for b in (stage.init, stage.trajectories) if b), default=-1)
+
+
+def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int) -> None:
+    """The weights that stages still to run start from, the stages furthest along first while
+    they fit in ``max_bytes``; says which were left out (they run again on the next machine)."""
+    needed = sorted(family_state.starts_needed(chains, DONE, ACTOR_ONLY), key=lambda d: -depth(d.name))
+    manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes)
+    carried = {entry["stage"] for entry in manifest.values()}
+    left = [str(d.relative_to(out)) for d in needed if d.relative_to(out).as_posix() not in carried]
+    if left:
+        print(f"family_pipeline: weights of {', '.join(left)} left out (over --export-max-mb {max_bytes / 1e6:g}): "
+              f"the next machine runs them again", file=sys.stderr)
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -384,12 +405,16 @@ def main(argv: Optional[list[str]] = None) -> int:
             written = family_state.import_weights(Path(args.import_weights), out, DONE)
             print(f"family_pipeline: weights of {len(written)} finished stages from {args.import_weights}: "
                   f"{', '.join(written) or 'none needed'}", file=sys.stderr)
+        chains = plan_chains(out, seeds, rewards, ablations, settings)
+        for stage_dir in family_state.reopen_uncarried(chains, DONE, ACTOR_ONLY):
+            print(f"family_pipeline: {stage_dir} finished elsewhere but its weights are not here: it runs again "
+                  f"(the earlier run is kept in {stage_dir}.uncarried)", file=sys.stderr)
         try:
             statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs)
         finally:
             if args.export_weights:
-                needed = family_state.starts_needed(plan_chains(out, seeds, rewards, ablations, settings), DONE, ACTOR_ONLY)
-                family_state.export_weights(needed, out, Path(args.export_weights))
+                export(plan_chains(out, seeds, rewards, ablations, settings), out, Path(args.export_weights),
+                       int(args.export_max_mb * 1e6))
     except family_state.StateError as exc:
         print(f"family_pipeline: {exc}", file=sys.stderr)
         return 2

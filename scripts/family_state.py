@@ -37,20 +37,26 @@ def stage_key(stage_dir: Path, runs: Path) -> str:
     return "__".join(stage_dir.relative_to(runs).parts)
 
 
-def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_bytes: int = PART_BYTES) -> dict:
+def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_bytes: int = PART_BYTES,
+                   max_bytes: int = 0) -> dict:
     """Each stage's ``state_dict`` (its last.ckpt without optimizer or loop state) as parts of at
-    most ``part_bytes`` in ``dest``, and the manifest; returns the manifest."""
+    most ``part_bytes`` in ``dest``, and the manifest; returns the manifest. With ``max_bytes``,
+    stages are taken in the order given while their weights fit in it; the rest are left out
+    (the next machine runs them again: ``reopen_uncarried``)."""
     import torch
 
     dest.mkdir(parents=True, exist_ok=True)
-    manifest = {}
-    for stage_dir in sorted(set(stage_dirs)):
+    manifest, used = {}, 0
+    for stage_dir in dict.fromkeys(stage_dirs):
         ckpt = stage_dir / CHECKPOINT
         if not ckpt.is_file():
             raise StateError(f"{stage_dir}: finished, but its checkpoint {ckpt} is missing")
         buffer = io.BytesIO()
         torch.save({"state_dict": torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]}, buffer)
         data, key = buffer.getvalue(), stage_key(stage_dir, runs)
+        if max_bytes and used + len(data) > max_bytes:
+            continue
+        used += len(data)
         parts = [f"weights.{key}.pt.part{i:02d}" for i in range((len(data) + part_bytes - 1) // part_bytes)]
         for i, name in enumerate(parts):
             (dest / name).write_bytes(data[i * part_bytes:(i + 1) * part_bytes])
@@ -102,3 +108,23 @@ def starts_needed(chains: Sequence[Sequence], done_marker: str, actor_only: str)
             if (source / done_marker).exists() and source not in needed:
                 needed.append(source)
     return needed
+
+
+def reopen_uncarried(chains: Sequence[Sequence], done_marker: str, actor_only: str) -> list[str]:
+    """Finished stages that a stage still to run starts from but whose weights are not here (they
+    did not travel: left out of an export, or not copied) are set aside as ``<stage>.uncarried``
+    (their metrics and logs kept) so that they run again; repeated until every start is here,
+    since a stage set aside may itself start from one. Returns the stages set aside."""
+    reopened = []
+    while True:
+        lost = [d for d in starts_needed(chains, done_marker, actor_only) if not (d / CHECKPOINT).is_file()]
+        if not lost:
+            return reopened
+        for stage_dir in lost:
+            aside = stage_dir.with_name(stage_dir.name + ".uncarried")
+            n = 1
+            while aside.exists():
+                n += 1
+                aside = stage_dir.with_name(f"{stage_dir.name}.uncarried{n}")
+            stage_dir.rename(aside)
+            reopened.append(str(stage_dir))

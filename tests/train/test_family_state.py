@@ -84,3 +84,40 @@ def test_the_pipeline_refuses_carried_state_it_cannot_use(tmp_path, capsys):
     (actor / "config.json").write_text("{}")
     code = fp.main(["--actor", str(actor), "--out", str(tmp_path / "runs"), "--import-weights", str(tmp_path / "none")])
     assert code == 2 and "no weights manifest" in capsys.readouterr().err
+
+
+def test_an_export_over_its_budget_keeps_the_stages_furthest_along(tmp_path, capsys):
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    chains = fp.plan_chains(runs, [0, 1], ["graduated"], ["full"], fp.Settings(actor="a"))
+    finished_stage(runs, "graduated/seed0/warmup")
+    for rel in ("graduated/seed1/warmup", "graduated/seed1/rft", "graduated/seed1/value"):
+        finished_stage(runs, rel, seed=1)
+    one_stage = fs.export_weights([runs / "graduated/seed0/warmup"], runs, tmp_path / "one")
+    one_stage = one_stage["graduated__seed0__warmup"]["bytes"] * 3 // 2  # room for one stage, not two
+    # Seed 1's PPO starts from its value stage (three stages of work), seed 0's RFT from its warm-up.
+    fp.export(chains, runs, out, max_bytes=one_stage)
+    assert [e["stage"] for e in json.loads((out / fs.MANIFEST).read_text()).values()] == ["graduated/seed1/value"]
+    assert "graduated/seed0/warmup left out" in capsys.readouterr().err
+    fp.export(chains, runs, tmp_path / "all", max_bytes=0)
+    assert len(json.loads((tmp_path / "all" / fs.MANIFEST).read_text())) == 2
+
+
+def test_finished_stages_whose_weights_did_not_travel_run_again(tmp_path):
+    runs = tmp_path / "runs"
+    chains = fp.plan_chains(runs, [0], ["graduated"], ["full"], fp.Settings(actor="a"))
+    warmup, rft = finished_stage(runs, "graduated/seed0/warmup"), finished_stage(runs, "graduated/seed0/rft")
+    (rft / "metrics.csv").write_text("step\n0\n")
+    (rft / "checkpoints" / "last.ckpt").unlink()  # marked finished; its weights stayed on the other machine
+    assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == [str(rft)]
+    assert not rft.exists() and (runs / "graduated/seed0/rft.uncarried/metrics.csv").read_text() == "step\n0\n"
+    assert (warmup / fp.DONE).exists()  # RFT starts from it and its weights are here
+    assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == []
+    # A stage set aside may start from one whose weights are missing too: that one runs again as well.
+    rft = finished_stage(runs, "graduated/seed0/rft")
+    finished_stage(runs, "graduated/seed0/value")
+    (runs / "graduated/seed0/value/checkpoints/last.ckpt").unlink()
+    (warmup / "checkpoints" / "last.ckpt").unlink()
+    (rft / "checkpoints" / "last.ckpt").unlink()
+    assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == [
+        str(runs / "graduated/seed0/value"), str(rft), str(warmup)]
+    assert (runs / "graduated/seed0/rft.uncarried2").is_dir()  # the first one set aside is kept too
