@@ -121,3 +121,38 @@ def expert_trajectories(tiny_model_dir, sandbox_cache, tmp_path_factory) -> Path
     assert traj.reward is not None and traj.reward > 0, (traj.stop_reason, traj.final_measurement)
     TrajectoryWriter(path).append(traj)
     return path
+
+
+def read_wandb_records(run_dir: Path) -> list:
+    """The protobuf records of an offline W&B run file (W&B's log format: a 7-byte file header,
+    then 32 KiB blocks of records, each with a 7-byte header: crc, length, type; a record larger
+    than a block's rest continues in the next block)."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    data = next(run_dir.glob("*.wandb")).read_bytes()
+    records, pending, pos = [], b"", 7
+    while pos + 7 <= len(data):
+        block_left = 32768 - pos % 32768
+        if block_left < 7:
+            pos += block_left
+            continue
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        if length == 0 and kind == 0:
+            pos += block_left  # zero padding to the block's end
+            continue
+        pending += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):  # a full record, or the last piece of one
+            record = pb.Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+@pytest.fixture(scope="session")
+def wandb_records() -> Callable[[Path], list]:
+    """read_wandb_records, for tests that check what an offline W&B run holds."""
+    return read_wandb_records

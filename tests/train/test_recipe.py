@@ -208,37 +208,9 @@ def test_init_fresh_keeps_the_newly_built_part(tmp_path):
         load_init(stage(), path, ("actor",), fresh=("actor",))
 
 
-def wandb_records(run_dir: Path) -> list:
-    """The protobuf records of an offline W&B run file (W&B's log format: a 7-byte file header,
-    then 32 KiB blocks of records, each with a 7-byte header: crc, length, type; a record larger
-    than a block's rest continues in the next block)."""
-    import struct
-
-    from wandb.proto import wandb_internal_pb2 as pb
-
-    data = next(run_dir.glob("*.wandb")).read_bytes()
-    records, pending, pos = [], b"", 7
-    while pos + 7 <= len(data):
-        block_left = 32768 - pos % 32768
-        if block_left < 7:
-            pos += block_left
-            continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
-        if length == 0 and kind == 0:
-            pos += block_left  # zero padding to the block's end
-            continue
-        pending += data[pos + 7:pos + 7 + length]
-        pos += 7 + length
-        if kind in (1, 4):  # a full record, or the last piece of one
-            record = pb.Record()
-            record.ParseFromString(pending)
-            records.append(record)
-            pending = b""
-    return records
-
-
 def test_a_two_job_sweep_writes_two_wandb_runs_of_one_group_and_compare_draws_them(run_train, tiny_model_dir,
-                                                                                   sandbox_cache, tmp_path, monkeypatch):
+                                                                                   sandbox_cache, tmp_path, monkeypatch,
+                                                                                   wandb_records):
     from src.compare import main as compare_main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
