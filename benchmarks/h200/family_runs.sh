@@ -81,7 +81,10 @@ start=$(date +%s)
 # a 4 M-parameter actor's decode step is launch-bound, so 16 rows should cost about what 8 do
 # (the runs until 2026-12-04 used 8: compare perf/generation_s).
 mkdir -p outputs/family/runs
-(while sleep 60; do bundle; done) &
+# Every minute while the pipeline runs; stopped through a file, so a bundle being written is
+# finished (not cut off to race the last one).
+rm -f /tmp/family_bundle.stop
+(n=0; until [ -f /tmp/family_bundle.stop ]; do sleep 5; n=$((n + 5)); if [ $n -ge 60 ]; then bundle; n=0; fi; done) &
 refresher=$!
 # shellcheck disable=SC2086  # EXTRA is a list of arguments
 python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
@@ -90,7 +93,7 @@ python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --
     --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" "${carried[@]}" \
     --export-weights "$OUT" --export-max-mb "${EXPORT_MB:-40}" ${EXTRA:-} > "$LOGS/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
-kill "$refresher" 2>/dev/null; wait "$refresher" 2>/dev/null
+touch /tmp/family_bundle.stop; wait "$refresher"
 grep "^family_pipeline" "$LOGS/pipeline.log"
 tail -5 outputs/family/runs/pipeline.jsonl 2>/dev/null
 bundle
