@@ -70,6 +70,11 @@ if [ "${BENCH_DECODE:-0}" = 1 ]; then
         --out "$LOGS/decode.json" >> "$LOGS/decoder_check.log" 2>&1
     tail -6 "$LOGS/decoder_check.log"
 fi
+# BENCH_PHASES=1: one family evaluation's seconds by phase on this host, alone, before the
+# pipeline loads it (benchmarks/bench_family_phases.py; family_logs/phases.json; ~30 s).
+if [ "${BENCH_PHASES:-0}" = 1 ]; then
+    timeout 180 python3 benchmarks/bench_family_phases.py --tasks 3 --out "$LOGS/phases.json" 2> "$LOGS/phases.log"
+fi
 # The bundle of small files, whole at every moment (written beside, then renamed into $OUT).
 bundle() {
     tar czf /tmp/family_bundle.tar.gz --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' \
