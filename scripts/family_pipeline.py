@@ -413,8 +413,7 @@ def main(argv: Optional[list[str]] = None) -> int:
             statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs)
         finally:
             if args.export_weights:
-                export(plan_chains(out, seeds, rewards, ablations, settings), out, Path(args.export_weights),
-                       int(args.export_max_mb * 1e6))
+                export(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6))
     except family_state.StateError as exc:
         print(f"family_pipeline: {exc}", file=sys.stderr)
         return 2
