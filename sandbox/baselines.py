@@ -17,8 +17,9 @@ import torch
 
 from .timing import METHOD_VERSION
 
-# Timing settings that decide which outputs are checked, not what a baseline measures.
-NOT_IN_KEY = ("spot_check_probability",)
+# Timing settings that decide which outputs are checked, or what other evaluations' harness work
+# may run beside a timed section (scheduling), not what a baseline measures.
+NOT_IN_KEY = ("spot_check_probability", "harness_beside_timing")
 
 
 def software_versions() -> dict[str, str | None]:

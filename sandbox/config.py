@@ -37,6 +37,11 @@ class TimingConfig:
     # each run after it returned (0: none). 0.25: 5 of 20 runs on average; garbage in the 10 runs
     # that set the median goes unseen 5.6 % of the time (docs/sandbox.md, "Spot checks").
     spot_check_probability: float = 0.25
+    # CPU backend: the reference worker's commands (trusted harness work: the reference outputs,
+    # the checks) run beside other evaluations' timed sections, as builds and worker start-ups
+    # already do, instead of a timed section waiting for them; solution code never runs beside
+    # one either way. True trades timing noise for a shorter convoy behind each timed section.
+    harness_beside_timing: bool = False
 
 
 @dataclass(frozen=True)

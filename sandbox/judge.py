@@ -382,7 +382,7 @@ class _Evaluation:
 
     def _reference_stage(self, ref: WorkerProcess, name: str, send=None) -> dict:
         """Report ``name`` of the reference worker, after ``send`` (its command, if any)."""
-        with self.lane.work():
+        with self.lane.harness():
             start = time.monotonic()
             try:
                 if send:
@@ -478,7 +478,7 @@ class _Evaluation:
     def _checked(self, run: WorkerProcess, ref: WorkerProcess, payload: dict) -> bool:
         """Whether the call the run worker just handed over matches the reference worker's."""
         kind = TIMED_RUN if payload.get("kind") == TIMED_RUN else TRIAL
-        with self.lane.work():
+        with self.lane.harness():
             start = time.monotonic()
             # Every thread of the run worker stopped before the reference worker copies the output
             # (see _Evaluation.freeze_for_checks and docs/sandbox.md, "Trial data").

@@ -47,11 +47,15 @@ class DeviceLanes:
 
     pooled = True
 
-    def __init__(self, devices: list[str], build_slots: int, lane_cpus: int = 0, lane_slots: int = 1):
+    def __init__(self, devices: list[str], build_slots: int, lane_cpus: int = 0, lane_slots: int = 1,
+                 harness_beside_timing: bool = False):
         if not devices:
             raise TaskError("no device to time on: CUDA_VISIBLE_DEVICES hides every GPU (or none exists)")
         self.devices = list(devices)
         self.lane_slots = max(1, int(lane_slots))
+        # The reference worker's commands (trusted harness work) take no part in the work lock:
+        # they run beside timed sections, as builds do (SandboxConfig.timing.harness_beside_timing).
+        self.harness_beside_timing = harness_beside_timing
         # Host cores per lane and for builds (empty when too few cores: see sandbox.placement).
         self.cpus, self.unpinned_because = plan_cpus(self.devices, lane_cpus, available_cpus())
         self._builds = threading.Semaphore(max(1, build_slots))
@@ -228,6 +232,13 @@ class LaneSession:
 
     def work(self):
         return self._shared("work")
+
+    def harness(self):
+        """A reference-worker command: device work like any other (``work``), unless the lanes
+        let the harness run beside timed sections; solution code always waits (``work``)."""
+        if self.lanes is not None and self.lanes.harness_beside_timing:
+            return contextlib.nullcontext()
+        return self.work()
 
     def compiling(self):
         return self._shared("compiling")

@@ -149,7 +149,8 @@ class SandboxPool(PoolClient):
             # Builds run without a GPU: they are told the arch (every lane's GPU must share it).
             cfg = replace(cfg, cuda_arch=device_arch(devices[0]))
         self.cfg = cfg
-        self.lanes = DeviceLanes(devices, build_slots, cfg.lane_cpus, cfg.lane_slots)
+        self.lanes = DeviceLanes(devices, build_slots, cfg.lane_cpus, cfg.lane_slots,
+                                 harness_beside_timing=cfg.backend == "cpu" and cfg.timing.harness_beside_timing)
         self.max_in_flight = workers or cfg.pool_workers or build_slots + 2 * len(devices) + 2
         self._executor = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="sandbox-eval")
         self._cancels: dict[Future, threading.Event] = {}

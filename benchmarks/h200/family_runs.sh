@@ -5,7 +5,8 @@
 # for SEEDS, the three rewards and the three ablations
 # (warm-up, RFT and value pretraining shared between rewards), the model on the GPU and the family's
 # CPU sandbox on the host's cores, stopped at LIMIT_S. EXTRA adds family_pipeline.py arguments
-# (e.g. "--steps 4,8,8,12").
+# (e.g. "--steps 4,8,8,12"). HARNESS_BESIDE=true lets the sandbox's reference-worker commands run
+# beside timed sections (sandbox.timing.harness_beside_timing; default false, as until 2026-12-04).
 #
 # Resumable two ways. On the same warm machine (the next call within 30 s of the last one's end):
 # outputs/ and the sandbox cache in /tmp stay between calls, finished stages are skipped and a
@@ -75,6 +76,15 @@ fi
 if [ "${BENCH_PHASES:-0}" = 1 ]; then
     timeout 180 python3 benchmarks/bench_family_phases.py --tasks 3 --out "$LOGS/phases.json" 2> "$LOGS/phases.log"
 fi
+# BENCH_LOAD=1: the family's sandbox under the pipeline's load on this host, before the pipeline
+# (benchmarks/bench_family_load.py: 3 pools at once, as the chains run them, with the reference
+# worker's commands waiting for timed sections and beside them; family_logs/load_*.json; ~3 min).
+if [ "${BENCH_LOAD:-0}" = 1 ]; then
+    for beside in false true; do
+        timeout 300 python3 benchmarks/bench_family_load.py --pools 3 --evals 12 --lane-slots 4 \
+            --set timing.harness_beside_timing=$beside --out "$LOGS/load_beside_$beside.json" 2> "$LOGS/load_beside_$beside.log" | head -1
+    done
+fi
 # The bundle of small files, whole at every moment (written beside, then renamed into $OUT).
 bundle() {
     tar czf /tmp/family_bundle.tar.gz --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' \
@@ -95,7 +105,8 @@ refresher=$!
 python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --trainer gpu \
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
     --time-budget-s $((LIMIT - 45 - (start - t0))) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
-    --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" "${carried[@]}" \
+    --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" \
+    --set sandbox.timing.harness_beside_timing="${HARNESS_BESIDE:-false}" "${carried[@]}" \
     --export-weights "$OUT" --export-max-mb "${EXPORT_MB:-40}" ${EXTRA:-} > "$LOGS/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 touch /tmp/family_bundle.stop; wait "$refresher"

@@ -67,6 +67,42 @@ def test_commands_overlap_timing_waits_for_them_and_then_excludes_them():
     assert lanes.timed["gpu-x"] == 1 and lanes.timing_s["gpu-x"] >= 0.2
 
 
+@pytest.mark.parametrize("beside", [False, True])
+def test_harness_commands_run_beside_timing_only_when_the_lanes_say_so(beside):
+    """A reference-worker command (``harness``) in flight: by default a timed section waits for
+    it, as for any command; with ``harness_beside_timing`` the section starts at once, and another
+    harness command enters while it times. Solution work (``work``) waits either way."""
+    lanes = DeviceLanes(["-"], build_slots=1, lane_slots=3, harness_beside_timing=beside)
+    never = threading.Event()
+    a, b, c = (lanes.session("-", never).__enter__() for _ in range(3))
+    timing_in, release, harness_in, work_in = (threading.Event() for _ in range(4))
+
+    def timed_section():
+        with c.timing():
+            timing_in.set()
+            release.wait(5)
+
+    def harness_command():
+        with b.harness():
+            harness_in.set()
+
+    def solution_command():
+        with b.work():
+            work_in.set()
+
+    with a.harness():
+        writer = in_thread(timed_section)
+        assert timing_in.wait(0.3) == beside, "a timed section and a harness command in flight"
+    assert timing_in.wait(5)
+    in_thread(harness_command)
+    in_thread(solution_command)
+    assert harness_in.wait(0.3) == beside, "a harness command during a timed section"
+    assert not work_in.wait(0.2), "solution work ran during a timed section"
+    release.set()
+    writer.join(5)
+    assert harness_in.wait(5) and work_in.wait(5)
+
+
 def test_timed_sections_queued_behind_a_compile_go_before_a_compile_that_asked_earlier():
     """A round of compiles in flight; one evaluation asks to time, then another asks to compile,
     then a second asks to time. Both timings run (one after the other) before the new compile:
@@ -298,18 +334,20 @@ def overlaps(a: tuple[float, float], b: tuple[float, float]) -> bool:
     return a[0] < b[1] and b[0] < a[1]
 
 
-@pytest.mark.parametrize("slots, wait_s", [(2, 30.0), (1, 2.0)])
-def test_two_slots_overlap_verification_never_timing(cfg, small_task, tmp_path, slots, wait_s):
+@pytest.mark.parametrize("slots, wait_s, beside", [(2, 30.0, False), (1, 2.0, False), (2, 30.0, True)])
+def test_two_slots_overlap_verification_never_timing(cfg, small_task, tmp_path, slots, wait_s, beside):
     """Two evaluations on the CPU backend's one lane. With two slots their verified trials run at
     the same time; with one they never do. Either way, while one evaluation times (baselines or
     its timed runs), nothing of the other runs: not its calls, not its background thread (its run
-    worker is stopped). isolate=False: the rendezvous writes outside the worker directories."""
-    cfg = replace(cfg, isolate=False, log_chars=1 << 20, lane_slots=slots)
+    worker is stopped), also when the reference workers' commands may run beside timed sections
+    (``beside``). isolate=False: the rendezvous writes outside the worker directories."""
+    cfg = replace(cfg, isolate=False, log_chars=1 << 20, lane_slots=slots,
+                  timing=replace(cfg.timing, harness_beside_timing=beside))
     if slots == 2:
         evaluate_baselines(small_task, cfg)  # into the cache (see RENDEZVOUS_SOLUTION)
     pool = SandboxPool(cfg, workers=2, build_workers=2)
-    assert pool.lanes.lane_slots == slots
-    pool.lanes = lanes = RecordingLanes(["-"], build_slots=2, lane_slots=slots)
+    assert pool.lanes.lane_slots == slots and pool.lanes.harness_beside_timing == beside
+    pool.lanes = lanes = RecordingLanes(["-"], build_slots=2, lane_slots=slots, harness_beside_timing=beside)
     with pool:
         results = list(pool.map([EvalRequest(p.parent.name, small_task, p) for p in rendezvous_pair(tmp_path, wait_s)]))
     seen = {}

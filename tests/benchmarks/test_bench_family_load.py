@@ -1,0 +1,46 @@
+"""benchmarks/bench_family_load.py: its settings reach the sandbox config, its noise figure is
+per solution, and every judgement of a run builds (no build of an earlier run is reused)."""
+from __future__ import annotations
+
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from bench_family_load import parse_sets, runtime_spread, sandbox_config, write_workspaces  # noqa: E402
+
+
+def test_settings_nest_and_reach_the_sandbox_config():
+    sets = parse_sets(["timing.harness_beside_timing=true", "timing.repeats=7", "lane_slots=8", "cache_dir=/x"])
+    assert sets == {"timing": {"harness_beside_timing": True, "repeats": 7}, "lane_slots": 8, "cache_dir": "/x"}
+    cfg = sandbox_config(lane_slots=4, lane_cpus=0, sets=sets)
+    assert cfg.backend == "cpu" and cfg.lane_slots == 8 and cfg.timing.harness_beside_timing
+    assert cfg.timing.repeats == 7 and cfg.timing.cpu_threads == 1  # the rest of timing kept
+    with pytest.raises(SystemExit, match="key=value"):
+        parse_sets(["lane_slots"])
+
+
+def test_the_runtime_spread_is_taken_within_each_solution():
+    records = [{"solution": "t1/naive", "runtime_us": v} for v in (100.0, 110.0, 90.0)]
+    records += [{"solution": "t2/fused", "runtime_us": v} for v in (1000.0, 1000.0)]
+    records += [{"solution": "t3/naive", "runtime_us": 5.0}, {"solution": "t3/naive", "runtime_us": None}]
+    spread = runtime_spread(records)
+    cv_t1 = statistics.pstdev([100.0, 110.0, 90.0]) / 100.0
+    # t3 has one runtime only; pooling t1 and t2 (CV > 0.7) would be another figure altogether.
+    assert spread == {"median_cv": round(cv_t1 / 2, 4), "max_cv": round(cv_t1, 4), "n": 2}
+    assert runtime_spread([]) == {"n": 0}
+
+
+def test_every_workspace_of_a_run_is_a_new_build(tmp_path):
+    first = write_workspaces(2, ["naive", "vectorised"], 5, "run-a pool 0", tmp_path / "a")
+    again = write_workspaces(2, ["naive", "vectorised"], 5, "run-b pool 0", tmp_path / "b")
+    assert [s for _, _, s in first] == [s for _, _, s in again] and len({s for _, _, s in first}) >= 3
+
+    def kernels(triples):
+        return [sorted((w / "kernels").glob("*.cpp"))[0].read_text() for _, w, _ in triples]
+
+    sources = kernels(first) + kernels(again)
+    assert len(set(sources)) == len(sources)
+    assert all(task.exists() for task, _, _ in first)
