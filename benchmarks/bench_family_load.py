@@ -176,6 +176,27 @@ def summarize(records: list[dict], wall_s: float, busy_share: float) -> dict:
     }
 
 
+def harness_beside_wins(without: dict, beside: dict, noise_margin: float = 0.25, noise_floor: float = 0.02) -> bool:
+    """Whether a run with the harness beside timed sections (``beside``, a summary) is the better
+    setting than one without (``without``): no lower throughput, and a runtime spread (median CV
+    per solution) within ``noise_margin`` of the other's, or within ``noise_floor`` of it where
+    both are small. Without a spread on either side, throughput alone decides."""
+    if beside["per_s"] < without["per_s"]:
+        return False
+    cv_without = without["runtime_spread"].get("median_cv")
+    cv_beside = beside["runtime_spread"].get("median_cv")
+    if cv_without is None or cv_beside is None:
+        return True
+    return cv_beside <= max(cv_without * (1 + noise_margin), cv_without + noise_floor)
+
+
+def choose(paths: list[str]) -> int:
+    """``--choose WITHOUT.json BESIDE.json``: print true or false for harness_beside_timing."""
+    without, beside = (json.loads(Path(p).read_text())["summary"] for p in paths)
+    print("true" if harness_beside_wins(without, beside) else "false")
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--pools", type=int, default=1, help="sandbox pools at once, one process each")
@@ -189,7 +210,11 @@ def main() -> int:
     p.add_argument("--out", default="", help="write the records and the summary here as JSON")
     p.add_argument("--pool-index", type=int, default=-1, help=argparse.SUPPRESS)
     p.add_argument("--run-tag", default="", help=argparse.SUPPRESS)
+    p.add_argument("--choose", nargs=2, metavar=("WITHOUT", "BESIDE"), default=None,
+                   help="print the harness_beside_timing setting two earlier --out files favour, and stop")
     args = p.parse_args()
+    if args.choose:
+        return choose(args.choose)
     if args.pool_index >= 0:  # one pool's process: its records on stdout
         print(json.dumps(run_pool(args, args.pool_index)))
         return 0

@@ -229,22 +229,32 @@ class _Evaluation:
     def _stages(self) -> None:
         """Alone, the reference runs while the solution builds (a broken task is then always
         reported as a task error). Pooled, builds take a CPU slot, and the device work
-        (reference, verification, timing) holds a slot of a device lane: workers started
-        beforehand wait, torch imported, until the slot is theirs."""
+        (reference, verification, timing) holds a slot of a device lane: the reference and run
+        workers start with the build and wait, torch imported, until the slot is theirs (their
+        start-up overlaps the build instead of following it; a failed build kills them unstarted)."""
         pooled, only_build = self.lanes.pooled, self.stop_after == "build"
         # The operator recorder compiles (first use on this machine only) while the solution builds.
         recorder = (RECORDER_BUILDS.submit(library_path, self.cfg.cache_root)
                     if self.cfg.guards and not only_build else None)
-        ref = None if pooled or only_build else self._spawn_reference(hold=False)
+        ref = run = None
+        if pooled and not only_build:
+            # The run worker's job names the recorder: on a machine's first use, its compile comes first.
+            if recorder and not self._install_recorder(recorder):
+                return
+            recorder = None
+        elif not only_build:
+            ref = self._spawn_reference(hold=False)
         with self.lanes.build_slot(self.cancel):
+            if pooled and not only_build:
+                # Started with the build, not before its slot: evaluations queued for a build slot
+                # hold no importing workers that would take the cores from the builds in progress.
+                ref, run = self._spawn_reference(hold=True), self._spawn_with_handover("run", hold=True)
             built = self._build_stage()
         if only_build:
             self.m.compiled = bool(built)
             return
         if (pooled and not built) or (built and recorder and not self._install_recorder(recorder)):
             return
-        run = self._spawn_with_handover("run", hold=True) if pooled and built else None
-        ref = ref or self._spawn_reference(hold=True)
         if self._await_held(ref, run):
             self._on_device(lambda device: self._device_phase(device, ref, run, built))
 

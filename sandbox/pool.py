@@ -12,7 +12,7 @@ How work is placed (one process per worker, fresh for every evaluation, as in ``
 
     build slots (CPU only, ``build_workers`` at once)      device lanes (one per GPU)
     ┌ build ┐ ┌ build ┐ ┌ build ┐ ...                    ┌ reference │ verify │ time ┐ next ...
-      └───── then run + reference workers start and wait, torch imported, for a lane slot
+      └───── run + reference workers start with the build and wait, torch imported, for a lane slot
 
 An evaluation holds a slot of its device's lane for all of its device work (reference outputs,
 baselines, verification, timing); ``lane_slots`` evaluations share a lane at once (default 1:

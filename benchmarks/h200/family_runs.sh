@@ -6,7 +6,7 @@
 # (warm-up, RFT and value pretraining shared between rewards), the model on the GPU and the family's
 # CPU sandbox on the host's cores, stopped at LIMIT_S. EXTRA adds family_pipeline.py arguments
 # (e.g. "--steps 4,8,8,12"). HARNESS_BESIDE=true lets the sandbox's reference-worker commands run
-# beside timed sections (sandbox.timing.harness_beside_timing; default false, as until 2026-12-04).
+# beside timed sections (sandbox.timing.harness_beside_timing; auto: as BENCH_LOAD=1 measured it).
 #
 # Resumable two ways. On the same warm machine (the next call within 30 s of the last one's end):
 # outputs/ and the sandbox cache in /tmp stay between calls, finished stages are skipped and a
@@ -85,6 +85,18 @@ if [ "${BENCH_LOAD:-0}" = 1 ]; then
             --set timing.harness_beside_timing=$beside --out "$LOGS/load_beside_$beside.json" 2> "$LOGS/load_beside_$beside.log" | head -1
     done
 fi
+# HARNESS_BESIDE: true, false, or auto (the default): what BENCH_LOAD measured on this machine
+# favours (bench_family_load.py --choose: no lower throughput, runtime spread within 25 %), kept in
+# /tmp for the warm machine's later calls; false where nothing was measured.
+HARNESS_BESIDE=${HARNESS_BESIDE:-auto}
+if [ "$HARNESS_BESIDE" = auto ]; then
+    if [ -f "$LOGS/load_beside_false.json" ] && [ -f "$LOGS/load_beside_true.json" ]; then
+        python3 benchmarks/bench_family_load.py --choose "$LOGS/load_beside_false.json" "$LOGS/load_beside_true.json" \
+            > /tmp/family_harness_beside 2> "$LOGS/load_choose.log"
+    fi
+    HARNESS_BESIDE=$(cat /tmp/family_harness_beside 2>/dev/null || echo false)
+fi
+echo "harness beside timed sections: $HARNESS_BESIDE"
 # The bundle of small files, whole at every moment (written beside, then renamed into $OUT).
 bundle() {
     tar czf /tmp/family_bundle.tar.gz --exclude='*.ckpt' --exclude='*.safetensors' --exclude='*.bin' \
@@ -106,7 +118,7 @@ python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --
     --seeds "$SEEDS" --rewards graduated,binary,continuous --ablations full,no_rft,no_value --reward-stages agentic \
     --time-budget-s $((LIMIT - 45 - (start - t0))) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
     --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" \
-    --set sandbox.timing.harness_beside_timing="${HARNESS_BESIDE:-false}" "${carried[@]}" \
+    --set sandbox.timing.harness_beside_timing="$HARNESS_BESIDE" "${carried[@]}" \
     --export-weights "$OUT" --export-max-mb "${EXPORT_MB:-40}" ${EXTRA:-} > "$LOGS/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 touch /tmp/family_bundle.stop; wait "$refresher"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_family_load import parse_sets, runtime_spread, sandbox_config, write_workspaces  # noqa: E402
+from bench_family_load import (harness_beside_wins, parse_sets, runtime_spread, sandbox_config,  # noqa: E402
+                               write_workspaces)
 
 
 def test_settings_nest_and_reach_the_sandbox_config():
@@ -44,3 +45,18 @@ def test_every_workspace_of_a_run_is_a_new_build(tmp_path):
     sources = kernels(first) + kernels(again)
     assert len(set(sources)) == len(sources)
     assert all(task.exists() for task, _, _ in first)
+
+
+def summary(per_s: float, cv) -> dict:
+    return {"per_s": per_s, "runtime_spread": {"n": 0} if cv is None else {"median_cv": cv, "n": 8}}
+
+
+@pytest.mark.parametrize("without, beside, wins", [
+    (summary(0.30, 0.08), summary(0.33, 0.09), True),    # faster, noise within 25 %
+    (summary(0.30, 0.08), summary(0.33, 0.11), False),   # faster, but noise +38 % and +0.03
+    (summary(0.30, 0.01), summary(0.33, 0.025), True),   # both quiet: within 0.02
+    (summary(0.30, 0.08), summary(0.29, 0.05), False),   # slower
+    (summary(0.30, None), summary(0.31, 0.2), True),     # no spread to compare: throughput decides
+])
+def test_the_harness_goes_beside_timing_only_when_faster_and_not_much_noisier(without, beside, wins):
+    assert harness_beside_wins(without, beside) is wins
