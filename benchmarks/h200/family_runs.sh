@@ -76,6 +76,12 @@ fi
 if [ "${BENCH_PHASES:-0}" = 1 ]; then
     timeout 180 python3 benchmarks/bench_family_phases.py --tasks 3 --out "$LOGS/phases.json" 2> "$LOGS/phases.log"
 fi
+# GPU_TESTS=1: the sandbox's GPU tests first (pytest -m gpu tests/sandbox, 4 workers;
+# family_logs/gpu_tests.log; a few minutes), for sandbox changes made since they last ran there.
+if [ "${GPU_TESTS:-0}" = 1 ]; then
+    timeout 240 python3 -m pytest -q -m gpu -n 4 -p no:cacheprovider -rfEs tests/sandbox > "$LOGS/gpu_tests.log" 2>&1
+    echo "sandbox gpu tests rc=$?"; tail -3 "$LOGS/gpu_tests.log"
+fi
 # BENCH_LOAD=1: the family's sandbox under the pipeline's load on this host, before the pipeline
 # (benchmarks/bench_family_load.py: 3 pools at once, as the chains run them, with the reference
 # worker's commands waiting for timed sections and beside them; family_logs/load_*.json; ~3 min).
