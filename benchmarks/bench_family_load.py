@@ -192,8 +192,13 @@ def harness_beside_wins(without: dict, beside: dict, noise_margin: float = 0.25,
 
 def choose(paths: list[str]) -> int:
     """``--choose WITHOUT.json BESIDE.json``: print true or false for harness_beside_timing."""
-    without, beside = (json.loads(Path(p).read_text())["summary"] for p in paths)
-    print("true" if harness_beside_wins(without, beside) else "false")
+    try:
+        without, beside = (json.loads(Path(p).read_text())["summary"] for p in paths)
+        wins = harness_beside_wins(without, beside)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"error: --choose needs two --out files of this benchmark ({type(exc).__name__}: {exc})", file=sys.stderr)
+        return 2
+    print("true" if wins else "false")
     return 0
 
 

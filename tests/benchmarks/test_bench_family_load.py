@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_family_load import (harness_beside_wins, parse_sets, runtime_spread, sandbox_config,  # noqa: E402
+from bench_family_load import (choose, harness_beside_wins, parse_sets, runtime_spread, sandbox_config,  # noqa: E402
                                write_workspaces)
 
 
@@ -60,3 +60,17 @@ def summary(per_s: float, cv) -> dict:
 ])
 def test_the_harness_goes_beside_timing_only_when_faster_and_not_much_noisier(without, beside, wins):
     assert harness_beside_wins(without, beside) is wins
+
+
+def test_choose_reads_two_runs_and_refuses_what_is_not_one(tmp_path, capsys):
+    import json
+
+    without, beside, other = tmp_path / "without.json", tmp_path / "beside.json", tmp_path / "other.json"
+    without.write_text(json.dumps({"summary": summary(0.30, 0.08)}))
+    beside.write_text(json.dumps({"summary": summary(0.33, 0.09)}))
+    other.write_text(json.dumps({"records": []}))
+    assert choose([str(without), str(beside)]) == 0 and capsys.readouterr().out == "true\n"
+    assert choose([str(beside), str(without)]) == 0 and capsys.readouterr().out == "false\n"
+    for bad in ([str(without), str(tmp_path / "missing.json")], [str(without), str(other)]):
+        assert choose(bad) == 2
+        assert capsys.readouterr().err.startswith("error: --choose needs two --out files")
