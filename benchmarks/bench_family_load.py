@@ -27,7 +27,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -150,11 +150,7 @@ def cpu_busy() -> tuple[float, float]:
 def runtime_spread(records: list[dict]) -> dict:
     """Timing noise: each solution (task and variant) is judged several times with the same kernel
     code; the coefficient of variation of its runtimes, median and max over the solutions."""
-    by_solution: dict[str, list[float]] = {}
-    for r in records:
-        if r.get("runtime_us"):
-            by_solution.setdefault(r["solution"], []).append(r["runtime_us"])
-    cvs = [statistics.pstdev(v) / statistics.mean(v) for v in by_solution.values() if len(v) > 1]
+    cvs = [statistics.pstdev(v) / statistics.mean(v) for v in runtimes(records).values() if len(v) > 1]
     if not cvs:
         return {"n": 0}
     return {"median_cv": round(statistics.median(cvs), 4), "max_cv": round(max(cvs), 4), "n": len(cvs)}
@@ -176,15 +172,38 @@ def summarize(records: list[dict], wall_s: float, busy_share: float) -> dict:
     }
 
 
-def harness_beside_wins(without: dict, beside: dict, noise_margin: float = 0.25, noise_floor: float = 0.02) -> bool:
-    """Whether a run with the harness beside timed sections (``beside``, a summary) is the better
-    setting than one without (``without``): no lower throughput, and a runtime spread (median CV
-    per solution) within ``noise_margin`` of the other's, or within ``noise_floor`` of it where
-    both are small. Without a spread on either side, throughput alone decides."""
-    if beside["per_s"] < without["per_s"]:
+def runtimes(records: list[dict]) -> dict[str, list[float]]:
+    """Each solution's runtimes (us) over its judgements."""
+    by_solution: dict[str, list[float]] = {}
+    for r in records:
+        if r.get("runtime_us"):
+            by_solution.setdefault(r["solution"], []).append(r["runtime_us"])
+    return by_solution
+
+
+def runtime_shift(without: list[dict], beside: list[dict]) -> Optional[float]:
+    """How much slower the same solutions time with the harness beside: the median, over the
+    solutions both runs timed, of the ratio of their median runtimes (None: none in common)."""
+    a, b = runtimes(without), runtimes(beside)
+    ratios = [statistics.median(b[k]) / statistics.median(a[k]) for k in a.keys() & b.keys()]
+    return statistics.median(ratios) if ratios else None
+
+
+def harness_beside_wins(without: dict, beside: dict, noise_margin: float = 0.25, noise_floor: float = 0.02,
+                        max_shift: float = 1.05) -> bool:
+    """Whether a run with the harness beside timed sections (``beside``: an --out file's content)
+    is the better setting than one without (``without``): no lower throughput; the same
+    solutions' runtimes not slower by more than ``max_shift`` (a bias against every solution, as
+    the baselines come from the cache); and a runtime spread (median CV per solution) within
+    ``noise_margin`` of the other's, or within ``noise_floor`` of it where both are small. Where
+    the runs timed nothing to compare, throughput alone decides."""
+    if beside["summary"]["per_s"] < without["summary"]["per_s"]:
         return False
-    cv_without = without["runtime_spread"].get("median_cv")
-    cv_beside = beside["runtime_spread"].get("median_cv")
+    shift = runtime_shift(without["records"], beside["records"])
+    if shift is not None and shift > max_shift:
+        return False
+    cv_without = without["summary"]["runtime_spread"].get("median_cv")
+    cv_beside = beside["summary"]["runtime_spread"].get("median_cv")
     if cv_without is None or cv_beside is None:
         return True
     return cv_beside <= max(cv_without * (1 + noise_margin), cv_without + noise_floor)
@@ -193,9 +212,9 @@ def harness_beside_wins(without: dict, beside: dict, noise_margin: float = 0.25,
 def choose(paths: list[str]) -> int:
     """``--choose WITHOUT.json BESIDE.json``: print true or false for harness_beside_timing."""
     try:
-        without, beside = (json.loads(Path(p).read_text())["summary"] for p in paths)
+        without, beside = (json.loads(Path(p).read_text()) for p in paths)
         wins = harness_beside_wins(without, beside)
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         print(f"error: --choose needs two --out files of this benchmark ({type(exc).__name__}: {exc})", file=sys.stderr)
         return 2
     print("true" if wins else "false")

@@ -92,7 +92,8 @@ if [ "${BENCH_LOAD:-0}" = 1 ]; then
     done
 fi
 # HARNESS_BESIDE: true, false, or auto (the default): what BENCH_LOAD measured on this machine
-# favours (bench_family_load.py --choose: no lower throughput, runtime spread within 25 %), kept in
+# favours (bench_family_load.py --choose: no lower throughput, the same solutions timed at most 5 %
+# slower, runtime spread within 25 %), kept in
 # /tmp for the warm machine's later calls; false where nothing was measured.
 HARNESS_BESIDE=${HARNESS_BESIDE:-auto}
 if [ "$HARNESS_BESIDE" = auto ]; then

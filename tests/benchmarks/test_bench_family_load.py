@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
-from bench_family_load import (choose, harness_beside_wins, parse_sets, runtime_spread, sandbox_config,  # noqa: E402
-                               write_workspaces)
+from bench_family_load import (choose, harness_beside_wins, parse_sets, runtime_shift, runtime_spread,  # noqa: E402
+                               sandbox_config, write_workspaces)
 
 
 def test_settings_nest_and_reach_the_sandbox_config():
@@ -47,18 +47,36 @@ def test_every_workspace_of_a_run_is_a_new_build(tmp_path):
     assert all(task.exists() for task, _, _ in first)
 
 
-def summary(per_s: float, cv) -> dict:
-    return {"per_s": per_s, "runtime_spread": {"n": 0} if cv is None else {"median_cv": cv, "n": 8}}
+def run(per_s: float, cv, times: dict | None = None) -> dict:
+    """An --out file's content: its summary, and records holding ``times`` (solution -> runtimes)."""
+    records = [{"solution": k, "runtime_us": t} for k, ts in (times or {}).items() for t in ts]
+    return {"summary": {"per_s": per_s, "runtime_spread": {"n": 0} if cv is None else {"median_cv": cv, "n": 8}},
+            "records": records}
+
+
+TIMES = {"a/naive": [100.0, 102.0, 98.0], "b/naive": [10.0, 10.0], "c/fused": [7.0]}
+# b 10% slower, a and c 2% slower: the median ratio is 1.02.
+SLOWER = {"a/naive": [102.0, 104.0, 100.0], "b/naive": [11.0, 11.0], "c/fused": [7.14], "d/new": [1.0]}
+# every solution 10% slower.
+BIASED = {"a/naive": [110.0, 112.2, 107.8], "b/naive": [11.0, 11.0], "c/fused": [7.7]}
+
+
+def test_the_runtime_shift_is_the_median_ratio_over_solutions_both_runs_timed():
+    assert runtime_shift([r for r in run(0, None, TIMES)["records"]],
+                         run(0, None, SLOWER)["records"]) == pytest.approx(1.02)
+    assert runtime_shift(run(0, None, TIMES)["records"], run(0, None, BIASED)["records"]) == pytest.approx(1.10)
+    assert runtime_shift(run(0, None, TIMES)["records"], run(0, None, {"x/y": [1.0]})["records"]) is None
 
 
 @pytest.mark.parametrize("without, beside, wins", [
-    (summary(0.30, 0.08), summary(0.33, 0.09), True),    # faster, noise within 25 %
-    (summary(0.30, 0.08), summary(0.33, 0.11), False),   # faster, but noise +38 % and +0.03
-    (summary(0.30, 0.01), summary(0.33, 0.025), True),   # both quiet: within 0.02
-    (summary(0.30, 0.08), summary(0.29, 0.05), False),   # slower
-    (summary(0.30, None), summary(0.31, 0.2), True),     # no spread to compare: throughput decides
+    (run(0.30, 0.08, TIMES), run(0.33, 0.09, SLOWER), True),    # faster, noise within 25 %, 2 % slower
+    (run(0.30, 0.08, TIMES), run(0.33, 0.09, BIASED), False),   # every solution timed 10 % slower
+    (run(0.30, 0.08), run(0.33, 0.11), False),   # faster, but noise +38 % and +0.03
+    (run(0.30, 0.01), run(0.33, 0.025), True),   # both quiet: within 0.02
+    (run(0.30, 0.08), run(0.29, 0.05), False),   # slower
+    (run(0.30, None), run(0.31, 0.2), True),     # no spread to compare: throughput decides
 ])
-def test_the_harness_goes_beside_timing_only_when_faster_and_not_much_noisier(without, beside, wins):
+def test_the_harness_goes_beside_timing_only_when_faster_unbiased_and_not_much_noisier(without, beside, wins):
     assert harness_beside_wins(without, beside) is wins
 
 
@@ -66,8 +84,8 @@ def test_choose_reads_two_runs_and_refuses_what_is_not_one(tmp_path, capsys):
     import json
 
     without, beside, other = tmp_path / "without.json", tmp_path / "beside.json", tmp_path / "other.json"
-    without.write_text(json.dumps({"summary": summary(0.30, 0.08)}))
-    beside.write_text(json.dumps({"summary": summary(0.33, 0.09)}))
+    without.write_text(json.dumps(run(0.30, 0.08, TIMES)))
+    beside.write_text(json.dumps(run(0.33, 0.09, SLOWER)))
     other.write_text(json.dumps({"records": []}))
     assert choose([str(without), str(beside)]) == 0 and capsys.readouterr().out == "true\n"
     assert choose([str(beside), str(without)]) == 0 and capsys.readouterr().out == "false\n"
