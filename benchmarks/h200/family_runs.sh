@@ -87,7 +87,7 @@ fi
 # worker's commands waiting for timed sections and beside them; family_logs/load_*.json; ~3 min).
 if [ "${BENCH_LOAD:-0}" = 1 ]; then
     for beside in false true; do
-        timeout 300 python3 benchmarks/bench_family_load.py --pools 3 --evals 12 --lane-slots 4 \
+        timeout 150 python3 benchmarks/bench_family_load.py --pools 3 --evals 12 --lane-slots 4 \
             --set timing.harness_beside_timing=$beside --out "$LOGS/load_beside_$beside.json" 2> "$LOGS/load_beside_$beside.log" | head -1
     done
 fi
