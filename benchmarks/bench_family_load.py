@@ -31,8 +31,10 @@ from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+# The family's training rows and the teacher's solutions of them, as the phases benchmark takes them.
+from bench_family_phases import teacher_solutions, train_rows  # noqa: E402
 
-TASKS = ROOT / "data" / "family" / "cpu" / "tasks.parquet"
 # Phases reported (stage_seconds keys), in the order an evaluation meets them.
 PHASES = ("build", "worker_start", "reference", "baselines", "verify", "timing", "spot_checks", "lane_wait")
 
@@ -70,18 +72,7 @@ def write_workspaces(tasks: int, variants: list[str], evals: int, tag: str, work
     """``evals`` (task, workspace, "task/variant") triples cycling over the tasks' variants, each
     workspace with a comment of its own in its first kernel (a new build key: ``tag`` names the
     run and the pool, so no build of an earlier run is reused)."""
-    import pyarrow.parquet as pq
-
-    from src.agent.teacher import write_solution, write_tasks
-
-    rows = [r for r in pq.read_table(TASKS).to_pylist() if r.get("split") == "train"][:tasks]
-    choices = []
-    for spec, task in write_tasks(rows, work / "tasks"):
-        for variant in variants:
-            try:
-                choices.append((spec, task, variant, write_solution(spec, variant, "cpu")))
-            except ValueError:  # e.g. no vectorised variant for this width
-                continue
+    choices = teacher_solutions(train_rows(tasks), variants, work)
     if not choices:
         raise SystemExit("error: no teacher solution for these tasks and variants")
     out = []
@@ -131,12 +122,10 @@ def prewarm(args: argparse.Namespace) -> None:
     """The tasks' baselines timed once, before the load (cached: the stages' prewarm does this)."""
     from sandbox.judge import evaluate_baselines
     from src.agent.teacher import write_tasks
-    import pyarrow.parquet as pq
 
     cfg = sandbox_config(1, 0, parse_sets(args.set))
-    rows = [r for r in pq.read_table(TASKS).to_pylist() if r.get("split") == "train"][:args.tasks]
     with tempfile.TemporaryDirectory() as tmp:
-        for _, task in write_tasks(rows, Path(tmp)):
+        for _, task in write_tasks(train_rows(args.tasks), Path(tmp)):
             evaluate_baselines(task, cfg)
 
 

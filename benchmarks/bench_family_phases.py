@@ -26,30 +26,44 @@ sys.path.insert(0, str(ROOT))
 TASKS = ROOT / "data" / "family" / "cpu" / "tasks.parquet"
 
 
-def judge_all(tasks: int, variants: list[str], repeats: int, work: Path) -> list[dict]:
+def train_rows(n: int) -> list[dict]:
+    """The first ``n`` training rows of the family set."""
     import pyarrow.parquet as pq
 
-    from sandbox.config import SandboxConfig
-    from sandbox.judge import evaluate
+    return [r for r in pq.read_table(TASKS).to_pylist() if r.get("split") == "train"][:n]
+
+
+def teacher_solutions(rows: list[dict], variants: list[str], work: Path) -> list[tuple]:
+    """(spec, task path, variant, Solution) for each row's task, written under ``work/tasks``, and
+    each teacher variant it has (one it lacks, e.g. no vectorised variant for its width, is
+    skipped and said on stderr)."""
     from src.agent.teacher import write_solution, write_tasks
 
-    rows = [r for r in pq.read_table(TASKS).to_pylist() if r.get("split") == "train"][:tasks]
-    cfg, records = SandboxConfig(backend="cpu"), []
+    out = []
     for spec, task in write_tasks(rows, work / "tasks"):
         for variant in variants:
             try:
-                workspace = write_solution(spec, variant, "cpu").write(work / f"{spec.id}_{variant}")
-            except ValueError as exc:  # e.g. no vectorised variant for this width
+                out.append((spec, task, variant, write_solution(spec, variant, "cpu")))
+            except ValueError as exc:
                 print(f"{spec.id} {variant}: skipped ({exc})", file=sys.stderr)
-                continue
-            for repeat in range(repeats):
-                start = time.monotonic()
-                m = evaluate(task, workspace, cfg)
-                record = {"task": spec.id, "variant": variant, "repeat": repeat, "correct": m.correct,
-                          "wall_s": round(time.monotonic() - start, 3),
-                          "stages": {k: round(v, 3) for k, v in m.stage_seconds.items()}}
-                print(json.dumps(record), file=sys.stderr)
-                records.append(record)
+    return out
+
+
+def judge_all(tasks: int, variants: list[str], repeats: int, work: Path) -> list[dict]:
+    from sandbox.config import SandboxConfig
+    from sandbox.judge import evaluate
+
+    cfg, records = SandboxConfig(backend="cpu"), []
+    for spec, task, variant, solution in teacher_solutions(train_rows(tasks), variants, work):
+        workspace = solution.write(work / f"{spec.id}_{variant}")
+        for repeat in range(repeats):
+            start = time.monotonic()
+            m = evaluate(task, workspace, cfg)
+            record = {"task": spec.id, "variant": variant, "repeat": repeat, "correct": m.correct,
+                      "wall_s": round(time.monotonic() - start, 3),
+                      "stages": {k: round(v, 3) for k, v in m.stage_seconds.items()}}
+            print(json.dumps(record), file=sys.stderr)
+            records.append(record)
     return records
 
 

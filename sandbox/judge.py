@@ -236,16 +236,14 @@ class _Evaluation:
         # The operator recorder compiles (first use on this machine only) while the solution builds.
         recorder = (RECORDER_BUILDS.submit(library_path, self.cfg.cache_root)
                     if self.cfg.guards and not only_build else None)
-        ref = run = None
-        if pooled and not only_build:
-            # The run worker's job names the recorder: on a machine's first use, its compile comes first.
-            if recorder and not self._install_recorder(recorder):
-                return
-            recorder = None
-        elif not only_build:
-            ref = self._spawn_reference(hold=False)
+        held = pooled and not only_build
+        # A held run worker's job names the recorder: on a machine's first use, its compile comes first.
+        if held and recorder and not self._install_recorder(recorder):
+            return
+        ref = self._spawn_reference(hold=False) if not pooled and not only_build else None
+        run = None
         with self.lanes.build_slot(self.cancel):
-            if pooled and not only_build:
+            if held:
                 # Started with the build, not before its slot: evaluations queued for a build slot
                 # hold no importing workers that would take the cores from the builds in progress.
                 ref, run = self._spawn_reference(hold=True), self._spawn_with_handover("run", hold=True)
@@ -253,7 +251,7 @@ class _Evaluation:
         if only_build:
             self.m.compiled = bool(built)
             return
-        if (pooled and not built) or (built and recorder and not self._install_recorder(recorder)):
+        if (pooled and not built) or (built and recorder and not held and not self._install_recorder(recorder)):
             return
         if self._await_held(ref, run):
             self._on_device(lambda device: self._device_phase(device, ref, run, built))
