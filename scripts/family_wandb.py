@@ -77,9 +77,17 @@ def main(argv: Optional[list[str]] = None) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("WANDB_MODE", "offline")
-    for stage_dir in stages:
-        write_run(stage_dir, out, args.project)
-        print(f"{stage_dir.relative_to(args.runs)}: offline W&B run written", file=sys.stderr)
+    try:
+        for stage_dir in stages:
+            write_run(stage_dir, out, args.project)
+            print(f"{stage_dir.relative_to(args.runs)}: offline W&B run written", file=sys.stderr)
+    finally:
+        import wandb
+
+        # run.finish() only asks W&B's service to close the run's file; the service may still be
+        # writing it (seen under load: a file without its run record). Waiting for the service
+        # to stop means every file is whole when this returns.
+        wandb.teardown()
     print(f"{len(stages)} offline runs in {out / 'wandb'}")
     return 0
 
