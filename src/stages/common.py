@@ -170,9 +170,59 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def validate_with_episodes(module: Any, tasks: list, policy: Any) -> None:
+def heldout_metrics(module: Any, tasks: list, policy: Any) -> dict[str, float]:
     """Episodes on held-out tasks with the current actor; their rollout metrics as val/*."""
     dm = module.trainer.datamodule
     result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
-    metrics = {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
-    module.log_dict(metrics, batch_size=len(tasks), sync_dist=True)
+    return {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
+
+
+def validate_with_episodes(module: Any, tasks: list, policy: Any) -> None:
+    """Lightning's validation step: held-out metrics, averaged over ranks by Lightning."""
+    module.log_dict(heldout_metrics(module, tasks, policy), batch_size=len(tasks), sync_dist=True)
+
+
+# The step the held-out metrics of the starting actor are logged at.
+BEFORE_TRAINING_STEP = -1
+
+
+def validate_before_training(module: Any, policy: Any) -> Optional[dict[str, float]]:
+    """Held-out episodes with the actor the stage starts from, logged as val/* at step -1 (a
+    validation logged at step k follows update k, counted from 0; -1: before any): the "before"
+    point of a held-out comparison, judged in the same run, with the same tasks and sandbox as
+    the points after training (Lightning validates only after training steps).
+    Each rank runs its share of the held-out tasks (padded as Lightning's distributed sampler
+    pads, so every rank has some); the metrics are the mean over ranks, as at a validation step.
+    Returns them, or None when validation is off (no held-out task, ``limit_val_batches=0``)."""
+    trainer = module.trainer
+    dm = trainer.datamodule
+    if not dm.val_tasks or not trainer.limit_val_batches:
+        return None
+    tasks = rank_share(dm.val_tasks, trainer.global_rank, trainer.world_size)
+    metrics = mean_over_ranks(heldout_metrics(module, tasks, policy), trainer.world_size)
+    for logger in module.loggers:
+        logger.log_metrics(metrics, step=BEFORE_TRAINING_STEP)
+    module.print("held-out before training: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(metrics.items())
+                                                          if k in ("val/reward_mean", "val/pass_rate",
+                                                                   "val/faster_than_compile")))
+    return metrics
+
+
+def rank_share(items: list, rank: int, world: int) -> list:
+    """This rank's items, every ``world``-th from ``rank``, the list wrapped round so that every
+    rank gets ceil(n / world) (the padding of torch's DistributedSampler without shuffling)."""
+    per_rank = -(-len(items) // world)
+    return [items[i % len(items)] for i in range(rank, per_rank * world, world)]
+
+
+def mean_over_ranks(metrics: dict[str, float], world: int) -> dict[str, float]:
+    """Each metric's mean over the ranks that have it (ranks may differ in keys: a metric of
+    passing episodes only exists where one passed)."""
+    if world == 1:
+        return metrics
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world
+    dist.all_gather_object(gathered, metrics)
+    keys = sorted({k for m in gathered for k in m})
+    return {k: sum(m[k] for m in gathered if k in m) / sum(1 for m in gathered if k in m) for k in keys}

@@ -20,7 +20,7 @@ from src.rl import (explained_variance, gae_through_tools, kl_penalty, logprob_m
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
 from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to, peak_memory_gb, step_uncounted,
-                     token_share, validate_with_episodes)
+                     token_share, validate_before_training, validate_with_episodes)
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
@@ -34,7 +34,7 @@ class PPOStage(pl.LightningModule):
                  value_clip: Optional[float] = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
                  entropy_coef: float = 0.0, whiten_advantages: bool = True, ppo_epochs: int = 1,
                  mini_batches: int = 1, micro_batch_size: int = 0, max_grad_norm: float = 1.0,
-                 tis_cap: float = 0.0):
+                 tis_cap: float = 0.0, validate_at_start: bool = False):
         super().__init__()
         self.automatic_optimization = False
         self.actor, self.critic, self.agent = actor, critic, agent
@@ -45,6 +45,7 @@ class PPOStage(pl.LightningModule):
         self.entropy_coef, self.whiten_advantages = entropy_coef, whiten_advantages
         self.ppo_epochs, self.mini_batches, self.micro_batch_size = ppo_epochs, mini_batches, micro_batch_size
         self.max_grad_norm, self.tis_cap = max_grad_norm, tis_cap
+        self.validate_at_start = validate_at_start
         self._policy = None
         # The reference policy for the KL term lives outside the module tree: never trained,
         # never checkpointed (it is the initial actor, rebuilt from init_from on resume).
@@ -59,6 +60,11 @@ class PPOStage(pl.LightningModule):
         if self.kl_coef > 0 and not self._reference:
             ref = copy.deepcopy(self.actor).requires_grad_(False).eval()
             self._reference.append(ref.to(self.device))
+
+    def on_train_start(self) -> None:
+        # Before the first update only: a resumed run has its start point already.
+        if self.validate_at_start and self.global_step == 0:
+            validate_before_training(self, self.policy())
 
     def policy(self):
         if self._policy is None:

@@ -55,11 +55,17 @@ def test_a_killed_run_resumes_with_its_step_count_and_optimizer_state(tiny_model
 def test_ddp_over_two_cpu_processes_shares_one_sandbox_pool(run_train, tmp_path):
     run = tmp_path / "ddp"
     out = run_train(run, "stage=warmup", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
-                    timeout=900)
+                    "stage.module.validate_at_start=true", timeout=900)
     assert out.returncode == 0, out.stderr[-4000:]
     ids = [line.split('"episode_id": "', 1)[1].split('"', 1)[0]
            for line in (run / "rollouts" / "train.jsonl").read_text().splitlines()]
     assert any("-r0-" in i for i in ids) and any("-r1-" in i for i in ids)  # both ranks ran episodes
+    # The one held-out task before training: each rank ran it (padded share), one row logged.
+    held_out = [line.split('"episode_id": "', 1)[1].split('"', 1)[0]
+                for line in (run / "rollouts" / "val.jsonl").read_text().splitlines()]
+    assert sorted(i.split("-")[2] for i in held_out) == ["r0", "r1"]
+    with open(run / "metrics.csv") as f:
+        assert [r["step"] for r in csv.DictReader(f) if r.get("val/reward_mean")] == ["-1"]
     assert "rank 1 judges through the sandbox pool of rank 0" in out.stderr  # one pool, not one per rank
     assert "device gate: off" in out.stderr  # ranks on one host never share a gate across all-reduces
     assert last_ckpt(run)["global_step"] == 2

@@ -81,12 +81,23 @@ def chain_four_stages(compose_train, expert_trajectories, tmp_path, device: str,
     assert not same(part(after_value, "critic"), part(after_rft, "critic"))
 
     agentic = tmp_path / "agentic"
-    train(compose("stage=agentic_rl", f"init_from={value}", out_dir=agentic))
+    start = ("stage.module.validate_at_start=true", "trainer.val_check_interval=2")
+    train(compose("stage=agentic_rl", f"init_from={value}", "trainer.max_steps=1", *start, out_dir=agentic))
+    train(compose("stage=agentic_rl", f"init_from={value}", "ckpt_path=last", *start, out_dir=agentic))  # resumed
     episodes = [json.loads(line) for line in (agentic / "rollouts" / "train.jsonl").read_text().splitlines()]
     assert {e["mode"] for e in episodes} == {"multi_turn"}
     # The first rollout batch was sampled by the value stage's actor: version 0 of this run.
     assert {e["policy_version"][0]
             for e in episodes if e["train_step"] == 0} == {0}
+    # Held-out episodes before the first step (the actor it starts from), once: not again on
+    # resume; then Lightning's validation after the second update.
+    held_out = [json.loads(line) for line in (agentic / "rollouts" / "val.jsonl").read_text().splitlines()]
+    assert sorted({e["train_step"] for e in held_out}) == [0, 2]
+    assert len([e for e in held_out if e["train_step"] == 0]) == len([e for e in held_out if e["train_step"] == 2])
+    assert {e["policy_version"][0] for e in held_out if e["train_step"] == 0} == {0}
+    _, rows = metric_columns(agentic)
+    # Logged at step -1 (before any update) and at step 1 (Lightning's, after updates 0 and 1).
+    assert [int(r["step"]) for r in rows if r.get("val/reward_mean")] == [-1, 1]
 
 
 def test_lora_model_group_trains_adapters_only(compose_train, tmp_path, tiny_model_dir):

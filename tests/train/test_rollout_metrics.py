@@ -1,0 +1,38 @@
+"""rollout_metrics on hand-made episode rows: the final workspace's verdict (what training's
+reward uses) and the best correct one (the paper's evaluation rule), computed by hand."""
+from __future__ import annotations
+
+import pytest
+
+from src.data.rollout import rollout_metrics
+
+
+def measurement(correct: bool, runtime_us: float = 100.0, compile_us: float = 200.0, eager_us: float = 300.0,
+                **extra) -> dict:
+    return {"compiled": True, "correct": correct, "runtime_us": runtime_us, "compile_us": compile_us,
+            "eager_us": eager_us, "violations": [], "error": None, **extra}
+
+
+def episode(reward: float, final: dict, best: dict | None, best_reward: float | None) -> dict:
+    return {"reward": reward, "final_measurement": final, "best_measurement": best, "best_reward": best_reward,
+            "turns": [{"tool_calls": [{}], "parse_errors": [], "finish_reason": "stop"}], "num_turns": 1,
+            "invalid_tool_calls": 0, "stop_reason": "finish", "num_tokens": 10, "timings": {}, "loss_mask": [1] * 10}
+
+
+def test_final_and_best_verdicts_are_counted_apart():
+    rows = [
+        # A correct kernel 2x faster than torch.compile at some turn, then edited into a wrong one.
+        episode(-1.0, measurement(False), measurement(True, runtime_us=100.0), 3.0),
+        # Correct to the end, but slower than torch.compile (faster than eager by > 5 %).
+        episode(2.0, measurement(True, runtime_us=250.0), measurement(True, runtime_us=250.0), 2.0),
+        # Never correct: no best state; its best counts the final reward.
+        episode(-1.0, measurement(False), None, None),
+        # Correct and fast, but flagged by a guard: not a pass, final or best.
+        episode(-1.0, measurement(True, violations=["timing_tampered"]), None, None),
+    ]
+    m = rollout_metrics(rows, rows, 1.0)
+    assert m["rollout/reward_mean"] == pytest.approx((-1 + 2 - 1 - 1) / 4)
+    assert m["rollout/best_reward_mean"] == pytest.approx((3 + 2 - 1 - 1) / 4)
+    assert m["rollout/pass_rate"] == 0.25 and m["rollout/best_pass_rate"] == 0.5
+    assert m["rollout/faster_than_eager"] == 0.25 and m["rollout/faster_than_compile"] == 0.0
+    assert m["rollout/best_faster_than_compile"] == 0.25
