@@ -122,6 +122,8 @@ class Settings:
     samples_per_task: int = 4
     max_tasks: int = 0
     val_tasks: int = 16
+    # Episodes per held-out task in each validation.
+    val_samples: int = 1
     max_turns: int = 10
     max_new_tokens: int = 2048
     actor_lr: float = 2e-5
@@ -146,14 +148,19 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
            f"model.actor.name_or_path={s.actor}", f"trainer.max_steps={steps}",
            f"data.tasks_per_step={s.tasks_per_step}", f"data.samples_per_task={s.samples_per_task}",
            f"data.max_tasks={s.max_tasks}", f"data.val_max_tasks={s.val_tasks}",
+           f"data.val_samples_per_task={s.val_samples}",
            f"agent.max_new_tokens_per_turn={s.max_new_tokens}",
            f"actor_optimizer.lr={s.sft_lr if stage.stage == 'rft' else s.actor_lr}", f"critic_optimizer.lr={s.critic_lr}"]
     if stage.stage != "warmup":
         out.append(f"agent.max_turns={s.max_turns}")
-    if stage.stage == "agentic_rl":  # the curves' held-out points, the last one at the final step
-        out.append(f"trainer.val_check_interval={min(s.val_every, steps)}")
-    elif stage.stage in ("warmup", "rft"):  # held-out metrics once, after the stage
+    if stage.stage == "agentic_rl":
+        # The curves' held-out points: the actor PPO starts from (RFT's, or the warm-up's without
+        # RFT), judged in this run, then every val_every steps, the last at the final step.
+        out += ["stage.module.validate_at_start=true", f"trainer.val_check_interval={min(s.val_every, steps)}"]
+    elif stage.stage == "warmup":  # held-out metrics once, after the stage (single-turn)
         out.append(f"trainer.val_check_interval={steps}")
+    elif stage.stage == "rft":  # its actor is validated at the start of each PPO stage it starts
+        out.append("trainer.limit_val_batches=0")
     if stage.stage in ("rft", "value_pretrain"):
         out.append("stage.module.sample_rounds=1")
     if stage.init:
@@ -334,6 +341,7 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--samples-per-task", type=int, default=d.samples_per_task)
     p.add_argument("--max-tasks", type=int, default=d.max_tasks, help="training tasks used (0: all 145)")
     p.add_argument("--val-tasks", type=int, default=d.val_tasks, help="held-out tasks per validation (0: all 38)")
+    p.add_argument("--val-samples", type=int, default=d.val_samples, help="episodes per held-out task per validation")
     p.add_argument("--max-turns", type=int, default=d.max_turns)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per reply")
     p.add_argument("--actor-lr", type=float, default=d.actor_lr, help="PPO actor learning rate")
@@ -387,6 +395,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         usage_error(f"--steps and --seeds take integers, got {args.steps!r}, {args.seeds!r}")
     if args.jobs < 1:
         usage_error(f"--jobs must be at least 1, got {args.jobs}")
+    if args.val_samples < 1:
+        usage_error(f"--val-samples must be at least 1, got {args.val_samples}")
     if len(steps) != 4 or min(steps) < 1:
         usage_error(f"--steps needs 4 positive counts (warm-up,RFT,value,PPO), got {args.steps!r}")
     if not Path(args.actor, "config.json").exists():
@@ -395,6 +405,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     settings = Settings(actor=str(Path(args.actor).absolute()), trainer=args.trainer, logger=args.logger, steps=steps,
                         val_every=args.val_every, tasks_per_step=args.tasks_per_step,
                         samples_per_task=args.samples_per_task, max_tasks=args.max_tasks, val_tasks=args.val_tasks,
+                        val_samples=args.val_samples,
                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
                         extra=list(args.extra))

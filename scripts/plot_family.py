@@ -1,5 +1,5 @@
 """Plot the family pipeline's runs (scripts/family_pipeline.py --out DIR): learning curves of
-agentic PPO and held-out results after RFT vs after PPO, mean and spread over seeds, per
+agentic PPO and held-out results before vs after PPO, mean and spread over seeds, per
 condition (reward x ablation).
 
     python scripts/plot_family.py --runs outputs/family/runs --out docs/figures
@@ -8,9 +8,16 @@ Reads <runs>/<reward>/seed<k>/<stage>/metrics.csv; writes to --out:
   family_curves.png   (and _rewards.png: full pipeline per reward; _ablations.png: graduated
                       per ablation, where there are several) per PPO step: rollout reward mean, pass rate, faster-than-compile rate,
                       entropy, explained variance (line: mean over seeds; band: min to max)
-  family_heldout.png  held-out (val/) reward mean, pass rate, faster-than-compile rate after RFT
-                      (the actor PPO starts from) and after PPO (bar: mean; whisker: min to max)
-  family_summary.json / family_summary.md  the same numbers, per seed and aggregated
+  family_heldout.png  held-out (val/) reward mean, pass rate, faster-than-compile rate before PPO
+                      (the actor it starts from: RFT's, or the warm-up's without RFT) and after PPO
+                      (bar: mean; whisker: min to max)
+  family_summary.json / family_summary.md  the same numbers, per seed and aggregated, with each
+                      seed's change (after - before) and whether after is above before beyond
+                      the spread of seeds (every seed's after above every seed's before)
+
+The "before" point is the PPO stage's own held-out validation before its first update (val/* at
+step -1: stage.module.validate_at_start, which family_pipeline.py sets), judged in the same run as
+the points after it; runs made without it fall back on the start stage's last validation.
 """
 from __future__ import annotations
 
@@ -27,10 +34,16 @@ CURVES = (("rollout/reward_mean", "rollout reward mean"), ("rollout/pass_rate", 
           ("critic/explained_var", "explained variance"))
 HELDOUT = (("val/reward_mean", "held-out reward mean"), ("val/pass_rate", "held-out pass rate"),
            ("val/faster_than_compile", "held-out faster than compile"))
-# The stage whose held-out metrics are the "before PPO" point of each ablation (the actor PPO
-# starts from; value pretraining does not change the actor). no_rft starts from the warm-up,
-# whose validation is single-turn, so it has no comparable multi-turn point.
+# The paper's evaluation rule (an episode counts its best correct state): in the summary, not plotted.
+HELDOUT_BEST = (("val/best_reward_mean", "held-out best-state reward mean"),
+                ("val/best_pass_rate", "held-out best-state pass rate"),
+                ("val/best_faster_than_compile", "held-out best-state faster than compile"))
+# Runs without a validation before PPO's first update: the stage whose held-out metrics stand
+# for the actor PPO starts from (value pretraining does not change the actor). no_rft starts from
+# the warm-up, whose validation is single-turn, so it has no comparable multi-turn point.
 START = {"full": "rft", "no_value": "rft"}
+# The step the PPO stage logs its validation before training at (src/stages/common.py).
+BEFORE_TRAINING_STEP = -1
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
@@ -63,7 +76,14 @@ def spread(values: Sequence[float]) -> dict[str, float]:
 
 
 def last(series: dict[str, list[tuple[int, float]]], key: str) -> Optional[float]:
-    return series[key][-1][1] if series.get(key) else None
+    """The last value of ``key`` logged after a training update (not the start validation)."""
+    after = [v for step, v in series.get(key, []) if step != BEFORE_TRAINING_STEP]
+    return after[-1] if after else None
+
+
+def at_start(series: dict[str, list[tuple[int, float]]], key: str) -> Optional[float]:
+    """The value of ``key`` from the validation before the first update, if one ran."""
+    return next((v for step, v in series.get(key, []) if step == BEFORE_TRAINING_STEP), None)
 
 
 def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, float]]]:
@@ -85,15 +105,37 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
         per_seed = {}
         for seed, run in sorted(seeds.items()):
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
-            before = start_metrics(run, START.get(ablation))
-            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + CURVES},
-                              "before_ppo": {k: last(before, k) for k, _ in HELDOUT}}
+            if any(at_start(ppo, k) is not None for k, _ in HELDOUT):
+                before = {k: at_start(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST}
+            else:
+                start = start_metrics(run, START.get(ablation))
+                before = {k: last(start, k) for k, _ in HELDOUT + HELDOUT_BEST}
+            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
+                              "before_ppo": before}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
             keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}
             agg[when] = {k: spread([s[when][k] for s in per_seed.values() if s[when].get(k) is not None])
                          for k in sorted(keys)}
-        out[f"{reward}/{ablation}"] = {"seeds": per_seed, "aggregate": agg}
+        out[f"{reward}/{ablation}"] = {"seeds": per_seed, "aggregate": agg, "change": changes(per_seed)}
+    return out
+
+
+def changes(per_seed: dict[int, dict]) -> dict[str, dict]:
+    """Per held-out metric, over the seeds that have both points: each seed's change (after PPO
+    minus before), their spread, and ``above_beyond_spread``: the lowest seed after PPO above the
+    highest seed before it (the issue's "beyond the spread of seeds"; None for a single seed)."""
+    out = {}
+    for key, _ in HELDOUT + HELDOUT_BEST:
+        pairs = {seed: (s["before_ppo"].get(key), s["after_ppo"].get(key)) for seed, s in per_seed.items()}
+        pairs = {seed: p for seed, p in pairs.items() if None not in p}
+        if not pairs:
+            continue
+        befores, afters = [b for b, _ in pairs.values()], [a for _, a in pairs.values()]
+        # One seed has no spread to be beyond: no verdict.
+        out[key] = {"per_seed": {seed: a - b for seed, (b, a) in pairs.items()},
+                    "spread": spread([a - b for b, a in pairs.values()]),
+                    "above_beyond_spread": min(afters) > max(befores) if len(pairs) > 1 else None}
     return out
 
 
@@ -139,7 +181,7 @@ def plot_heldout(summary: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, len(HELDOUT), figsize=(5 * len(HELDOUT), 3.8))
     names = list(summary)
     for ax, (key, title) in zip(axes, HELDOUT):
-        for offset, when, label in ((-0.2, "before_ppo", "after RFT"), (0.2, "after_ppo", "after PPO")):
+        for offset, when, label in ((-0.2, "before_ppo", "before PPO"), (0.2, "after_ppo", "after PPO")):
             xs, means, errs = [], [], [[], []]
             for i, name in enumerate(names):
                 s = summary[name]["aggregate"][when].get(key)
@@ -160,15 +202,22 @@ def plot_heldout(summary: dict, path: Path) -> None:
 
 
 def markdown(summary: dict) -> str:
-    lines = ["| condition | seeds | " + " | ".join(f"{t} after RFT | after PPO" for _, t in HELDOUT) + " |",
-             "|---|---|" + "---|---|" * len(HELDOUT)]
+    """Per condition and held-out metric: before PPO, after it (mean ± std over seeds), each
+    seed's change, and whether after is above before beyond the spread of seeds."""
+    lines = ["| condition | held-out metric | seeds | before PPO | after PPO | change per seed | above beyond spread |",
+             "|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        cells = []
-        for key, _ in HELDOUT:
+        for key, title in HELDOUT + HELDOUT_BEST:
+            if all(s["aggregate"][when].get(key) is None for when in ("before_ppo", "after_ppo")):
+                continue  # runs from before the metric existed
+            cells = []
             for when in ("before_ppo", "after_ppo"):
                 v = s["aggregate"][when].get(key)
                 cells.append("-" if v is None else f"{v['mean']:.3f} ± {v['std']:.3f}")
-        lines.append(f"| {name} | {len(s['seeds'])} | " + " | ".join(cells) + " |")
+            change = s["change"].get(key)
+            per_seed = ", ".join(f"{d:+.3f}" for _, d in sorted(change["per_seed"].items())) if change else "-"
+            verdict = {None: "-", True: "yes", False: "no"}[change and change["above_beyond_spread"]]
+            lines.append(f"| {name} | {title} | {len(s['seeds'])} | {cells[0]} | {cells[1]} | {per_seed} | {verdict} |")
     return "\n".join(lines) + "\n"
 
 

@@ -130,6 +130,10 @@ def test_the_four_stages_run_in_order_from_each_others_checkpoints(pipeline_run)
     for key, _ in plot_family.CURVES + plot_family.HELDOUT:
         assert ppo.get(key), key
     assert [step for step, _ in ppo["rollout/reward_mean"]] == [0, 1]
+    # Held-out: the actor PPO starts from (step -1), then after each update; RFT's actor is
+    # validated there, not in the RFT stage.
+    assert [step for step, _ in ppo["val/reward_mean"]] == [-1, 0, 1]
+    assert not plot_family.read_metrics(run / "rft" / "metrics.csv").get("val/reward_mean")
 
 
 def test_a_rerun_skips_finished_stages_and_the_plots_are_written(pipeline_run, family_actor, sandbox_cache, tmp_path):
@@ -182,6 +186,11 @@ def test_stage_overrides_chain_init_from_and_scope_per_stage_settings(tmp_path):
     assert f"init_from={tmp_path / 'rft_actor_only' / 'actor_only.ckpt'}" in over["agentic_no_value"]
     assert all("reward=binary" in o and "seed=7" in o and "x=1" in o for o in over.values())
     assert [n for n, o in over.items() if "stage.module.min_reward=-2" in o] == ["rft"]
+    # Every PPO stage validates the actor it starts from; RFT does not validate (that is its actor).
+    assert sorted(n for n, o in over.items() if "stage.module.validate_at_start=true" in o) == \
+        ["agentic_full", "agentic_no_rft", "agentic_no_value"]
+    assert [n for n, o in over.items() if "trainer.limit_val_batches=0" in o] == ["rft"]
+    assert all("data.val_samples_per_task=1" in o for o in over.values())
 
 
 def test_shared_stages_put_every_rewards_ppo_on_one_graduated_prefix(tmp_path):

@@ -1,0 +1,74 @@
+"""scripts/plot_family.py's held-out comparison: the point before PPO is the agentic stage's own
+validation before its first update (step -1) where it ran, else the start stage's; each seed's
+change and the verdict "above beyond the spread of seeds", on hand-made metrics.csv files."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import plot_family  # noqa: E402
+
+
+def write_metrics(path: Path, rows: list[dict]) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for r in rows for k in r})
+    lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
+    (path / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def ppo_run(runs: Path, seed: int, before: float, after: float, ablation: str = "full") -> None:
+    """An agentic stage whose held-out reward is ``before`` at step -1 and ``after`` at its last
+    validation (a middle one at step 1 in between)."""
+    write_metrics(runs / "graduated" / f"seed{seed}" / f"agentic_{ablation}", [
+        {"step": -1, "val/reward_mean": before, "val/pass_rate": 0.5, "val/best_pass_rate": 0.5},
+        {"step": 0, "rollout/reward_mean": 0.25},
+        {"step": 1, "rollout/reward_mean": 0.5, "val/reward_mean": 9.0},  # not the last: ignored
+        {"step": 3, "val/reward_mean": after, "val/pass_rate": 0.75, "val/best_pass_rate": 0.875},
+    ])
+
+
+def test_each_seeds_change_and_the_verdict_beyond_the_spread_of_seeds(tmp_path):
+    runs = tmp_path / "runs"
+    for seed, (before, after) in enumerate([(-0.5, 0.5), (0.0, 0.25), (0.25, 1.0)]):
+        ppo_run(runs, seed, before, after)
+    summary = plot_family.summarise(plot_family.find_runs(runs))["graduated/full"]
+    reward = summary["change"]["val/reward_mean"]
+    assert reward["per_seed"] == {0: 1.0, 1: 0.25, 2: 0.75}
+    assert reward["spread"]["mean"] == pytest.approx(2.0 / 3) and reward["spread"]["min"] == 0.25
+    # Lowest after (0.25) is not above the highest before (0.25): not beyond the spread.
+    assert reward["above_beyond_spread"] is False
+    assert summary["change"]["val/pass_rate"]["above_beyond_spread"] is True  # 0.75 > 0.5 on every seed
+    assert summary["aggregate"]["before_ppo"]["val/reward_mean"]["mean"] == pytest.approx(-0.25 / 3)
+    assert summary["change"]["val/best_pass_rate"]["per_seed"] == {0: 0.375, 1: 0.375, 2: 0.375}
+
+    ppo_run(runs, 1, 0.0, 0.3)  # seed 1 now ends above every seed's start
+    summary = plot_family.summarise(plot_family.find_runs(runs))["graduated/full"]
+    assert summary["change"]["val/reward_mean"]["above_beyond_spread"] is True
+    table = plot_family.markdown({"graduated/full": summary})
+    assert "| graduated/full | held-out reward mean | 3 | -0.083 ± 0.382 | 0.600 ± 0.361 | +1.000, +0.300, +0.750 | yes |" \
+        in table
+
+
+def test_a_run_without_a_start_validation_falls_back_on_the_rft_stage_and_one_seed_has_no_verdict(tmp_path):
+    runs = tmp_path / "runs"
+    seed = runs / "graduated" / "seed0"
+    write_metrics(seed / "rft", [{"step": 2, "val/reward_mean": -0.25}])
+    write_metrics(seed / "agentic_full", [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 2, "val/reward_mean": 0.5}])
+    # A stage stopped after its start validation only: no point after PPO yet.
+    write_metrics(seed / "agentic_no_value", [{"step": -1, "val/reward_mean": 0.125}])
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    full = summary["graduated/full"]
+    assert full["seeds"][0]["before_ppo"]["val/reward_mean"] == -0.25
+    assert full["change"]["val/reward_mean"]["per_seed"] == {0: 0.75}
+    assert full["change"]["val/reward_mean"]["above_beyond_spread"] is None
+    stopped = summary["graduated/no_value"]
+    assert stopped["seeds"][0]["before_ppo"]["val/reward_mean"] == 0.125
+    assert stopped["seeds"][0]["after_ppo"]["val/reward_mean"] is None and "val/reward_mean" not in stopped["change"]
+    assert plot_family.main(["--runs", str(runs), "--out", str(tmp_path / "out")]) == 0
+    assert "best-state" not in (tmp_path / "out" / "family_summary.md").read_text()  # none logged: no rows
+    written = json.loads((tmp_path / "out" / "family_summary.json").read_text())
+    assert written["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {"0": 0.75}
