@@ -84,8 +84,11 @@ if [ "${GPU_TESTS:-0}" = 1 ]; then
 fi
 # BENCH_LOAD=1: the family's sandbox under the pipeline's load on this host, before the pipeline
 # (benchmarks/bench_family_load.py: 3 pools at once, as the chains run them, with the reference
-# worker's commands waiting for timed sections and beside them; family_logs/load_*.json; ~3 min).
+# worker's commands waiting for timed sections and beside them; family_logs/load_*.json; ~3 min),
+# and what one worker's start costs here against a fork (bench_worker_start.py; ~20 s).
 if [ "${BENCH_LOAD:-0}" = 1 ]; then
+    timeout 60 python3 benchmarks/bench_worker_start.py --repeats 5 --out "$LOGS/worker_start.json" > /dev/null \
+        2> "$LOGS/worker_start.log"
     for beside in false true; do
         timeout 150 python3 benchmarks/bench_family_load.py --pools 3 --evals 12 --lane-slots 4 \
             --set timing.harness_beside_timing=$beside --out "$LOGS/load_beside_$beside.json" 2> "$LOGS/load_beside_$beside.log" | head -1
