@@ -1,8 +1,9 @@
 """Offline Weights & Biases runs from the family pipeline's metrics.csv files, one run per stage
 run, for runs made where wandb could not go (the lent GPU host: wandb and its needs are 24 MB of
 wheels, which do not fit beside the stage weights a call carries; scripts/family_pipeline.py ran
-with --logger csv there). Each W&B run holds the stage's metrics at their training steps (the
-held-out val/ ones at the step they were measured), its hparams.yaml as the config, and is grouped
+with --logger csv there). Each W&B run holds the stage's metrics against their training step
+(`trainer/global_step`, as Lightning logs it; the held-out val/ ones at the step they were
+measured, -1 for a PPO stage's validation before training), its hparams.yaml as the config, and is grouped
 as family_pipeline --logger wandb groups its own: group ``<reward>-<stage>``, name
 ``<reward>-seed<k>-<stage>``. W&B's own timestamps are those of this conversion, not of training.
 
@@ -24,6 +25,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from plot_family import read_metrics  # noqa: E402
 
 PROJECT = "cuda-agent-family"
+# The x-axis metric, named as Lightning's WandbLogger names it.
+GLOBAL_STEP = "trainer/global_step"
 
 
 def stage_runs(root: Path) -> list[Path]:
@@ -58,8 +61,13 @@ def write_run(stage_dir: Path, out: Path, project: str) -> None:
                      tags=[reward, seed, stage],
                      settings=wandb.Settings(silent=True, console="off"))
     try:
+        # As Lightning's WandbLogger logs (`--logger wandb`): the training step as the metric
+        # `trainer/global_step`, the x-axis of every other one. W&B's own step must start at 0
+        # and only grow, and a PPO stage logs its validation before training at step -1.
+        run.define_metric(GLOBAL_STEP)
+        run.define_metric("*", step_metric=GLOBAL_STEP, step_sync=True)
         for step, metrics in rows_by_step(stage_dir / "metrics.csv"):
-            run.log(metrics, step=step)
+            run.log({**metrics, GLOBAL_STEP: step})
     finally:
         run.finish()
 

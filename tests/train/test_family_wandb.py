@@ -21,12 +21,12 @@ def stage(runs: Path, rel: str, rows: list[dict], config: str = "") -> None:
 
 
 def history(records) -> dict[int, dict[str, float]]:
-    """step -> metrics of the run's history records."""
+    """training step (trainer/global_step) -> metrics of the run's history records."""
     out = {}
     for r in records:
         if r.WhichOneof("record_type") == "history":
             items = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
-            step = int(items.pop("_step"))
+            step = int(items.pop("trainer/global_step"))
             out[step] = {k: v for k, v in items.items() if not k.startswith("_")}
     return out
 
@@ -36,6 +36,7 @@ def test_each_stage_run_becomes_an_offline_run_with_its_steps_group_and_config(t
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
     runs = tmp_path / "runs"
     stage(runs, "graduated/seed0/agentic_full", [
+        {"step": -1, "val/reward_mean": -0.25},  # validation before the first update
         {"step": 0, "rollout/reward_mean": 0.25, "critic/explained_var": -0.005},
         {"step": 1, "rollout/reward_mean": 0.75, "critic/explained_var": 0.001},
         {"step": 1, "val/reward_mean": 0.5, "val/pass_rate": 0.5},  # validation after step 1: its own row
@@ -55,7 +56,8 @@ def test_each_stage_run_becomes_an_offline_run_with_its_steps_group_and_config(t
     group, job, config, steps = found["graduated-seed0-agentic_full"]
     assert (group, job) == ("graduated-agentic_full", "agentic_full")
     assert config["seed"] == 0 and config["actor_optimizer"] == {"lr": 5e-05}
-    assert steps == {0: {"rollout/reward_mean": 0.25, "critic/explained_var": -0.005},
+    assert steps == {-1: {"val/reward_mean": -0.25},
+                     0: {"rollout/reward_mean": 0.25, "critic/explained_var": -0.005},
                      1: {"rollout/reward_mean": 0.75, "critic/explained_var": 0.001,
                          "val/reward_mean": 0.5, "val/pass_rate": 0.5},
                      2: {"rollout/reward_mean": -0.125, "critic/explained_var": 0.003}}

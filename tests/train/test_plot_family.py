@@ -72,3 +72,9 @@ def test_a_run_without_a_start_validation_falls_back_on_the_rft_stage_and_one_se
     assert "best-state" not in (tmp_path / "out" / "family_summary.md").read_text()  # none logged: no rows
     written = json.loads((tmp_path / "out" / "family_summary.json").read_text())
     assert written["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {"0": 0.75}
+
+
+def test_the_start_step_is_the_one_the_stages_log_at():
+    from src.stages.common import BEFORE_TRAINING_STEP
+
+    assert plot_family.BEFORE_TRAINING_STEP == BEFORE_TRAINING_STEP  # the script reads what the stage writes

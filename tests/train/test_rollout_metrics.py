@@ -36,3 +36,13 @@ def test_final_and_best_verdicts_are_counted_apart():
     assert m["rollout/pass_rate"] == 0.25 and m["rollout/best_pass_rate"] == 0.5
     assert m["rollout/faster_than_eager"] == 0.25 and m["rollout/faster_than_compile"] == 0.0
     assert m["rollout/best_faster_than_compile"] == 0.25
+
+
+def test_each_rank_gets_an_equal_share_of_held_out_tasks_wrapped_round_as_torchs_sampler_pads():
+    from src.stages.common import mean_over_ranks, rank_share
+
+    tasks = ["a", "b", "c", "d", "e"]
+    assert [rank_share(tasks, r, 2) for r in (0, 1)] == [["a", "c", "e"], ["b", "d", "a"]]
+    assert [rank_share(["a"], r, 3) for r in (0, 1, 2)] == [["a"], ["a"], ["a"]]  # fewer tasks than ranks
+    assert rank_share(tasks, 0, 1) == tasks
+    assert mean_over_ranks({"val/pass_rate": 0.5}, 1) == {"val/pass_rate": 0.5}  # one rank: no collective

@@ -71,11 +71,14 @@ def test_ddp_over_two_cpu_processes_shares_one_sandbox_pool(run_train, tmp_path)
     assert last_ckpt(run)["global_step"] == 2
 
 
-def test_wandb_offline_writes_a_run_directory(run_train, tmp_path):
+def test_wandb_offline_writes_a_run_directory(run_train, tmp_path, wandb_records):
+    import json
+
     run = tmp_path / "wandb"
     env_key = os.environ.pop("WANDB_API_KEY", None)
     try:
-        out = run_train(run, "stage=warmup", "logger=wandb", "trainer.max_steps=1", timeout=600)
+        out = run_train(run, "stage=warmup", "logger=wandb", "trainer.max_steps=1",
+                        "stage.module.validate_at_start=true", timeout=600)
     finally:
         if env_key:
             os.environ["WANDB_API_KEY"] = env_key
@@ -83,3 +86,7 @@ def test_wandb_offline_writes_a_run_directory(run_train, tmp_path):
     runs = list((run / "wandb").glob("offline-run-*"))
     assert runs and any(p.suffix == ".wandb" for p in runs[0].iterdir())
     assert (run / "metrics.csv").exists()  # the CSV logger runs beside it
+    # The validation before training reached W&B at training step -1 (W&B's own step only grows).
+    rows = [{i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in r.history.item}
+            for r in wandb_records(runs[0]) if r.WhichOneof("record_type") == "history"]
+    assert [r["trainer/global_step"] for r in rows if "val/reward_mean" in r] == [-1]
