@@ -9,7 +9,9 @@ every seed, reward (graduated / binary / continuous) and ablation:
 
 Stages that runs share are run once (no_value reuses full's warm-up and RFT; with
 --reward-stages agentic, every reward's PPO starts from one graduated-reward warm-up, RFT and
-value pretraining). A stage whose
+value pretraining). Every PPO stage's held-out points include the actor it starts from, judged
+before its first update, once per seed and starting actor (the others name the stage that did
+in start_validation.json; scripts/plot_family.py reads it). A stage whose
 directory holds pipeline_done.json is skipped; one with a checkpoint but no marker (killed) is
 resumed (ckpt_path=last); so a killed command, rerun, continues where it stopped. With
 --time-budget-s no stage starts after the budget and a running one is stopped at it (exit 3:
@@ -87,6 +89,9 @@ STAGES = {s.name: s for s in (
 SHARED_REWARD = "graduated"
 # A pseudo-stage: the RFT checkpoint with the critic's tensors removed (a fresh critic next).
 ACTOR_ONLY = "rft_actor_only"
+# In a PPO stage that does not validate the actor it starts from itself: which stage did
+# (another PPO stage of the same seed starting from the same actor), relative to --out.
+START_VALIDATION = "start_validation.json"
 
 
 def stages_for(ablations: Sequence[str]) -> list[Stage]:
@@ -137,9 +142,11 @@ class Settings:
 
 
 def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Settings,
-                    source_dir: Optional[Path] = None) -> list[str]:
+                    source_dir: Optional[Path] = None, validate_at_start: bool = True) -> list[str]:
     """train.py's command-line overrides for one stage of one (reward, seed) run; the stages it
-    starts from are in ``source_dir`` (default: ``run_dir``)."""
+    starts from are in ``source_dir`` (default: ``run_dir``). ``validate_at_start``: a PPO stage
+    validates the actor it starts from (False where another stage of the seed does:
+    ``start_validators``)."""
     source_dir = source_dir or run_dir
     warm, rft, value, ppo = s.steps
     steps = {"warmup": warm, "rft": rft, "value_pretrain": value, "agentic_rl": ppo}[stage.stage]
@@ -156,7 +163,8 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
     if stage.stage == "agentic_rl":
         # The curves' held-out points: the actor PPO starts from (RFT's, or the warm-up's without
         # RFT), judged in this run, then every val_every steps, the last at the final step.
-        out += ["stage.module.validate_at_start=true", f"trainer.val_check_interval={min(s.val_every, steps)}"]
+        out += [f"stage.module.validate_at_start={str(validate_at_start).lower()}",
+                f"trainer.val_check_interval={min(s.val_every, steps)}"]
     elif stage.stage == "warmup":  # held-out metrics once, after the stage (single-turn)
         out.append(f"trainer.val_check_interval={steps}")
     elif stage.stage == "rft":  # its actor is validated at the start of each PPO stage it starts
@@ -276,9 +284,28 @@ def plan_chains(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablatio
     return list(chains.values())
 
 
+def start_actor(run: StageRun) -> tuple[Path, str]:
+    """Which actor a PPO stage starts from: its prefix's RFT actor (full, no_value: value
+    pretraining does not change the actor) or warm-up actor (no_rft)."""
+    return run.source, "warmup" if run.stage.init == "value_no_rft" else "rft"
+
+
+def start_validators(chain: Sequence[StageRun]) -> dict[Path, Path]:
+    """For each PPO stage of a chain, the stage that validates the actor it starts from: the
+    first planned of those that start from the same actor (each of a seed's 9 PPO stages with
+    every reward and ablation starts from one of 2 actors: 2 validations instead of 9)."""
+    first: dict[tuple[Path, str], Path] = {}
+    out = {}
+    for run in chain:
+        if run.stage.stage == "agentic_rl":
+            out[run.stage_dir] = first.setdefault(start_actor(run), run.stage_dir)
+    return out
+
+
 def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[float], log: Path,
               statuses: dict[str, str]) -> None:
     """The chain's stages in order; a failed stage ends its chain (what follows starts from it)."""
+    validators = start_validators(chain)
     for run in chain:
         key = str(run.stage_dir)
         if deadline is not None and time.monotonic() >= deadline:
@@ -286,8 +313,14 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
             continue
         if run.stage.init == ACTOR_ONLY:
             write_actor_only(run.source / "rft")
-        overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source)
+        validator = validators.get(run.stage_dir, run.stage_dir)
+        overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
+                                    validate_at_start=validator == run.stage_dir)
         statuses[key] = run_stage(run.stage_dir, overrides, deadline, log)
+        if validator != run.stage_dir:  # after run_stage, which may have cleared the directory
+            out = run.source.parent.parent
+            (run.stage_dir / START_VALIDATION).write_text(
+                json.dumps({"stage": validator.relative_to(out).as_posix()}) + "\n")
         if statuses[key] == "failed":
             print(f"family_pipeline: {key} failed; its log: {key}/pipeline.log", file=sys.stderr)
             return

@@ -15,9 +15,10 @@ Reads <runs>/<reward>/seed<k>/<stage>/metrics.csv; writes to --out:
                       seed's change (after - before) and whether after is above before beyond
                       the spread of seeds (every seed's after above every seed's before)
 
-The "before" point is the PPO stage's own held-out validation before its first update (val/* at
-step -1: stage.module.validate_at_start, which family_pipeline.py sets), judged in the same run as
-the points after it; runs made without it fall back on the start stage's last validation.
+The "before" point is the held-out validation before PPO's first update (val/* at step -1:
+stage.module.validate_at_start, which family_pipeline.py sets): the stage's own, or, for a stage
+starting from an actor another PPO stage of the seed validated, that one's (start_validation.json
+names it); runs made before either existed fall back on the start stage's last validation.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ HELDOUT_BEST = (("val/best_reward_mean", "held-out best-state reward mean"),
 START = {"full": "rft", "no_value": "rft"}
 # The step the PPO stage logs its validation before training at (src/stages/common.py).
 BEFORE_TRAINING_STEP = -1
+# Where a PPO stage that another one validated for names it (scripts/family_pipeline.py).
+START_VALIDATION = "start_validation.json"
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
@@ -97,6 +100,22 @@ def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, 
     return {}
 
 
+def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, Optional[float]]:
+    """Held-out metrics of the actor a PPO stage starts from: its own validation before its first
+    update; else the one of the stage that validated the same actor for it (family_pipeline.py's
+    start_validation.json: one validation per seed and start actor); else, for runs from before
+    either existed, the start stage's last validation."""
+    keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
+    pointer = run / f"agentic_{ablation}" / START_VALIDATION
+    if not any(at_start(ppo, k) is not None for k in keys) and pointer.exists():
+        validator = run.parent.parent / json.loads(pointer.read_text())["stage"] / "metrics.csv"
+        ppo = read_metrics(validator) if validator.exists() else {}
+    if any(at_start(ppo, k) is not None for k in keys):
+        return {k: at_start(ppo, k) for k in keys}
+    start = start_metrics(run, START.get(ablation))
+    return {k: last(start, k) for k in keys}
+
+
 def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     """Per condition: final held-out metrics after the start stage and after PPO, per seed and
     aggregated; the final training-rollout metrics too."""
@@ -105,13 +124,8 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
         per_seed = {}
         for seed, run in sorted(seeds.items()):
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
-            if any(at_start(ppo, k) is not None for k, _ in HELDOUT):
-                before = {k: at_start(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST}
-            else:
-                start = start_metrics(run, START.get(ablation))
-                before = {k: last(start, k) for k, _ in HELDOUT + HELDOUT_BEST}
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
-                              "before_ppo": before}
+                              "before_ppo": before_ppo(run, ablation, ppo)}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
             keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}

@@ -191,6 +191,35 @@ def test_stage_overrides_chain_init_from_and_scope_per_stage_settings(tmp_path):
         ["agentic_full", "agentic_no_rft", "agentic_no_value"]
     assert [n for n, o in over.items() if "trainer.limit_val_batches=0" in o] == ["rft"]
     assert all("data.val_samples_per_task=1" in o for o in over.values())
+    not_first = fp.stage_overrides(fp.STAGES["agentic_no_value"], tmp_path, "binary", 7, settings,
+                                   validate_at_start=False)
+    assert "stage.module.validate_at_start=false" in not_first
+
+
+def test_one_ppo_stage_per_seed_and_start_actor_validates_it_and_the_others_name_it(tmp_path):
+    shared = fp.Settings(actor="/models/a", reward_stages="agentic")
+    (chain,) = fp.plan_chains(tmp_path, [0], list(fp.REWARDS), list(fp.ABLATIONS), shared)
+    rel = lambda p: p.relative_to(tmp_path).as_posix()  # noqa: E731
+    validators = {rel(k): rel(v) for k, v in fp.start_validators(chain).items()}
+    assert len(validators) == 9 and set(validators.values()) == {"graduated/seed0/agentic_full",
+                                                                 "graduated/seed0/agentic_no_rft"}
+    assert validators["binary/seed0/agentic_no_value"] == "graduated/seed0/agentic_full"  # both RFT's actor
+    assert validators["continuous/seed0/agentic_no_rft"] == "graduated/seed0/agentic_no_rft"  # the warm-up's
+    separate = fp.plan_chains(tmp_path, [0], ["graduated", "binary"], ["full", "no_value"], fp.Settings(actor="a"))
+    assert [sorted({rel(v) for v in fp.start_validators(c).values()}) for c in separate] == \
+        [["graduated/seed0/agentic_full"], ["binary/seed0/agentic_full"]]  # each reward its own RFT
+
+    # Run the chain with every stage already done: the stages that did not validate name the one that did.
+    for run in chain:
+        run.stage_dir.mkdir(parents=True)
+        (run.stage_dir / fp.DONE).write_text("{}\n")
+    (tmp_path / "graduated" / "seed0" / fp.ACTOR_ONLY).mkdir()
+    (tmp_path / "graduated" / "seed0" / fp.ACTOR_ONLY / "actor_only.ckpt").write_bytes(b"")
+    statuses: dict[str, str] = {}
+    fp.run_chain(chain, shared, None, tmp_path / "pipeline.jsonl", statuses)
+    assert set(statuses.values()) == {"skipped"}
+    pointers = {rel(p.parent): json.loads(p.read_text())["stage"] for p in tmp_path.glob(f"*/seed0/*/{fp.START_VALIDATION}")}
+    assert pointers == {k: v for k, v in validators.items() if k != v} and len(pointers) == 7
 
 
 def test_shared_stages_put_every_rewards_ppo_on_one_graduated_prefix(tmp_path):

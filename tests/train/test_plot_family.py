@@ -74,7 +74,22 @@ def test_a_run_without_a_start_validation_falls_back_on_the_rft_stage_and_one_se
     assert written["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {"0": 0.75}
 
 
+def test_a_stage_another_validated_for_takes_that_ones_start_point(tmp_path):
+    runs = tmp_path / "runs"
+    ppo_run(runs, 0, before=-0.5, after=0.5)  # graduated/seed0/agentic_full validated RFT's actor
+    other = runs / "binary" / "seed0" / "agentic_no_value"
+    write_metrics(other, [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 3, "val/reward_mean": 1.5}])
+    (other / plot_family.START_VALIDATION).write_text(json.dumps({"stage": "graduated/seed0/agentic_full"}))
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    assert summary["binary/no_value"]["seeds"][0]["before_ppo"]["val/reward_mean"] == -0.5
+    assert summary["binary/no_value"]["change"]["val/reward_mean"]["per_seed"] == {0: 2.0}
+
+
 def test_the_start_step_is_the_one_the_stages_log_at():
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+    import family_pipeline
+
     from src.stages.common import BEFORE_TRAINING_STEP
 
     assert plot_family.BEFORE_TRAINING_STEP == BEFORE_TRAINING_STEP  # the script reads what the stage writes
+    assert plot_family.START_VALIDATION == family_pipeline.START_VALIDATION
