@@ -156,3 +156,12 @@ def read_wandb_records(run_dir: Path) -> list:
 def wandb_records() -> Callable[[Path], list]:
     """read_wandb_records, for tests that check what an offline W&B run holds."""
     return read_wandb_records
+
+
+def write_metrics_csv(stage_dir: Path, rows: list[dict]) -> None:
+    """A stage's metrics.csv as Lightning's CSV logger writes it: one column per key, blanks
+    where a row lacks one (for tests of the scripts that read runs)."""
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    keys = sorted({k for r in rows for k in r})
+    lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
+    (stage_dir / "metrics.csv").write_text("\n".join(lines) + "\n")

@@ -9,13 +9,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import family_wandb  # noqa: E402
 
+from .conftest import write_metrics_csv  # noqa: E402
+
 
 def stage(runs: Path, rel: str, rows: list[dict], config: str = "") -> None:
     d = runs / rel
-    d.mkdir(parents=True)
-    keys = sorted({k for r in rows for k in r})
-    lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
-    (d / "metrics.csv").write_text("\n".join(lines) + "\n")
+    write_metrics_csv(d, rows)
     if config:
         (d / "hparams.yaml").write_text(config)
 

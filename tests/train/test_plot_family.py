@@ -12,18 +12,15 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import plot_family  # noqa: E402
 
+from .conftest import write_metrics_csv  # noqa: E402
 
-def write_metrics(path: Path, rows: list[dict]) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    keys = sorted({k for r in rows for k in r})
-    lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
-    (path / "metrics.csv").write_text("\n".join(lines) + "\n")
+
 
 
 def ppo_run(runs: Path, seed: int, before: float, after: float, ablation: str = "full") -> None:
     """An agentic stage whose held-out reward is ``before`` at step -1 and ``after`` at its last
     validation (a middle one at step 1 in between)."""
-    write_metrics(runs / "graduated" / f"seed{seed}" / f"agentic_{ablation}", [
+    write_metrics_csv(runs / "graduated" / f"seed{seed}" / f"agentic_{ablation}", [
         {"step": -1, "val/reward_mean": before, "val/pass_rate": 0.5, "val/best_pass_rate": 0.5},
         {"step": 0, "rollout/reward_mean": 0.25},
         {"step": 1, "rollout/reward_mean": 0.5, "val/reward_mean": 9.0},  # not the last: ignored
@@ -56,10 +53,10 @@ def test_each_seeds_change_and_the_verdict_beyond_the_spread_of_seeds(tmp_path):
 def test_a_run_without_a_start_validation_falls_back_on_the_rft_stage_and_one_seed_has_no_verdict(tmp_path):
     runs = tmp_path / "runs"
     seed = runs / "graduated" / "seed0"
-    write_metrics(seed / "rft", [{"step": 2, "val/reward_mean": -0.25}])
-    write_metrics(seed / "agentic_full", [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 2, "val/reward_mean": 0.5}])
+    write_metrics_csv(seed / "rft", [{"step": 2, "val/reward_mean": -0.25}])
+    write_metrics_csv(seed / "agentic_full", [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 2, "val/reward_mean": 0.5}])
     # A stage stopped after its start validation only: no point after PPO yet.
-    write_metrics(seed / "agentic_no_value", [{"step": -1, "val/reward_mean": 0.125}])
+    write_metrics_csv(seed / "agentic_no_value", [{"step": -1, "val/reward_mean": 0.125}])
     summary = plot_family.summarise(plot_family.find_runs(runs))
     full = summary["graduated/full"]
     assert full["seeds"][0]["before_ppo"]["val/reward_mean"] == -0.25
@@ -78,7 +75,7 @@ def test_a_stage_another_validated_for_takes_that_ones_start_point(tmp_path):
     runs = tmp_path / "runs"
     ppo_run(runs, 0, before=-0.5, after=0.5)  # graduated/seed0/agentic_full validated RFT's actor
     other = runs / "binary" / "seed0" / "agentic_no_value"
-    write_metrics(other, [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 3, "val/reward_mean": 1.5}])
+    write_metrics_csv(other, [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 3, "val/reward_mean": 1.5}])
     (other / plot_family.START_VALIDATION).write_text(json.dumps({"stage": "graduated/seed0/agentic_full"}))
     summary = plot_family.summarise(plot_family.find_runs(runs))
     assert summary["binary/no_value"]["seeds"][0]["before_ppo"]["val/reward_mean"] == -0.5
