@@ -327,16 +327,19 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
 
 
 def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
-                 settings: Settings, time_budget_s: float = 0.0, jobs: int = 1) -> dict[str, str]:
+                 settings: Settings, time_budget_s: float = 0.0, jobs: int = 1,
+                 before_ppo: bool = False) -> dict[str, str]:
     """Every stage of every (reward, seed) run; ``jobs`` independent chains at once (each its own
-    train.py processes: they share the machine's sandbox gate, so timing stays exclusive).
-    Returns each stage directory's status."""
+    train.py processes: they share the machine's sandbox gate, so timing stays exclusive). With
+    ``before_ppo``, only the stages before agentic PPO. Returns each stage directory's status."""
     from concurrent.futures import ThreadPoolExecutor
 
     deadline = time.monotonic() + time_budget_s if time_budget_s > 0 else None
     out.mkdir(parents=True, exist_ok=True)
     statuses: dict[str, str] = {}
     chains = plan_chains(out, seeds, rewards, ablations, settings)
+    if before_ppo:
+        chains = [[run for run in chain if run.stage.stage != "agentic_rl"] for chain in chains]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         for future in [pool.submit(run_chain, c, settings, deadline, out / "pipeline.jsonl", statuses) for c in chains]:
             future.result()
@@ -389,6 +392,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no stage after this (0: no limit)")
     p.add_argument("--jobs", type=int, default=1,
                    help="independent chains at once (seeds; with --reward-stages all, (reward, seed) pairs)")
+    p.add_argument("--before-ppo", action="store_true",
+                   help="run only the stages before agentic PPO (e.g. on one machine, exporting their weights "
+                        "for the PPO stages on another: --export-weights)")
     p.add_argument("--import-weights", default="",
                    help="a folder of weights another machine exported (scripts/family_state.py): joined into the "
                         "finished stages' checkpoints under --out before the run")
@@ -398,6 +404,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--export-max-mb", type=float, default=0.0,
                    help="at most this many MB of exported weights (0: no limit); the stages furthest along the "
                         "pipeline go first, the rest run again on the next machine")
+    p.add_argument("--export-dtype", choices=family_state.CARRY_DTYPES, default="float32",
+                   help="what the exported weights travel as: float16 halves them (a one-time rounding of the "
+                        "next stage's start; imported back as float32)")
     return p.parse_args(argv)
 
 
@@ -407,11 +416,12 @@ def depth(stage_name: str) -> int:
     return 1 + max((depth(b) for b in (stage.init, stage.trajectories) if b), default=-1)
 
 
-def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int) -> None:
-    """The weights that stages still to run start from, the stages furthest along first while
-    they fit in ``max_bytes``; says which were left out (they run again on the next machine)."""
+def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, dtype: str = "float32") -> None:
+    """The weights that stages still to run start from (in ``dtype``), the stages furthest along
+    first while they fit in ``max_bytes``; says which were left out (they run again on the next
+    machine)."""
     needed = sorted(family_state.starts_needed(chains, DONE, ACTOR_ONLY), key=lambda d: -depth(d.name))
-    manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes)
+    manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes, dtype=dtype)
     carried = {entry["stage"] for entry in manifest.values()}
     left = [str(d.relative_to(out)) for d in needed if d.relative_to(out).as_posix() not in carried]
     if left:
@@ -454,10 +464,11 @@ def main(argv: Optional[list[str]] = None) -> int:
             print(f"family_pipeline: {stage_dir} finished elsewhere but its weights are not here: it runs again "
                   f"(the earlier run is kept in {stage_dir}.uncarried)", file=sys.stderr)
         try:
-            statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs)
+            statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs,
+                                    args.before_ppo)
         finally:
             if args.export_weights:
-                export(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6))
+                export(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6), args.export_dtype)
     except family_state.StateError as exc:
         print(f"family_pipeline: {exc}", file=sys.stderr)
         return 2

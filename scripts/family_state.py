@@ -9,9 +9,14 @@ each finished stage that a stage still to run starts from, without optimizer sta
     python scripts/family_pipeline.py ... --export-weights $OUT    # after the run, on the GPU host
     python scripts/family_pipeline.py ... --import-weights .famstate   # before it, on the next host
 
-The weights stay float32 (the PPO stages move them by ~1e-5 a step; half precision would round
-that away). A part's name says its stage (``weights.graduated__seed0__rft.pt.part00``);
-``weights.json`` lists the parts and each stage's SHA-256, checked when the parts are joined.
+The weights travel float32 by default. ``dtype="float16"`` halves them (a stage of the family
+actor and critic: 31.7 -> 15.9 MB, so three seeds' value stages fit in one call's carry): a
+one-time rounding of the point the next stage starts from (relative error <= 2^-11), which then
+trains in float32 again (the PPO stages move weights by ~1e-5 a step, which half precision would
+round away if it trained in it). The import turns them back into float32; the start validation
+of the PPO stage judges the rounded actor, so its before and after compare like with like.
+A part's name says its stage (``weights.graduated__seed0__rft.pt.part00``); ``weights.json``
+lists the parts, each stage's dtype and SHA-256, checked when the parts are joined.
 """
 from __future__ import annotations
 
@@ -28,6 +33,10 @@ PART_BYTES = 15 * 2 ** 20
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 
+# What the weights may travel as (export_weights' dtype).
+CARRY_DTYPES = ("float32", "float16")
+
+
 class StateError(RuntimeError):
     """Carried state that cannot be used: the message says which file and why."""
 
@@ -38,21 +47,25 @@ def stage_key(stage_dir: Path, runs: Path) -> str:
 
 
 def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_bytes: int = PART_BYTES,
-                   max_bytes: int = 0) -> dict:
-    """Each stage's ``state_dict`` (its last.ckpt without optimizer or loop state) as parts of at
-    most ``part_bytes`` in ``dest``, and the manifest; returns the manifest. With ``max_bytes``,
-    stages are taken in the order given while their weights fit in it; the rest are left out
-    (the next machine runs them again: ``reopen_uncarried``)."""
+                   max_bytes: int = 0, dtype: str = "float32") -> dict:
+    """Each stage's ``state_dict`` (its last.ckpt without optimizer or loop state; floating
+    tensors in ``dtype``: float32 or float16) as parts of at most ``part_bytes`` in ``dest``, and
+    the manifest; returns the manifest. With ``max_bytes``, stages are taken in the order given
+    while their weights fit in it; the rest are left out (the next machine runs them again:
+    ``reopen_uncarried``)."""
     import torch
 
+    if dtype not in CARRY_DTYPES:
+        raise StateError(f"weights travel as {' or '.join(CARRY_DTYPES)}, not {dtype!r}")
     dest.mkdir(parents=True, exist_ok=True)
     manifest, used = {}, 0
     for stage_dir in dict.fromkeys(stage_dirs):
         ckpt = stage_dir / CHECKPOINT
         if not ckpt.is_file():
             raise StateError(f"{stage_dir}: finished, but its checkpoint {ckpt} is missing")
+        state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
         buffer = io.BytesIO()
-        torch.save({"state_dict": torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]}, buffer)
+        torch.save({"state_dict": cast_floating(state, getattr(torch, dtype))}, buffer)
         data, key = buffer.getvalue(), stage_key(stage_dir, runs)
         if max_bytes and used + len(data) > max_bytes:
             continue
@@ -61,9 +74,14 @@ def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_byte
         for i, name in enumerate(parts):
             (dest / name).write_bytes(data[i * part_bytes:(i + 1) * part_bytes])
         manifest[key] = {"stage": stage_dir.relative_to(runs).as_posix(), "parts": parts, "bytes": len(data),
-                         "sha256": hashlib.sha256(data).hexdigest()}
+                         "dtype": dtype, "sha256": hashlib.sha256(data).hexdigest()}
     (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
+
+
+def cast_floating(state: dict, dtype) -> dict:
+    """``state`` with its floating-point tensors in ``dtype`` (integer buffers kept as they are)."""
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
 
 
 def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
@@ -88,6 +106,13 @@ def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
         data = b"".join((src / p).read_bytes() for p in entry["parts"])
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise StateError(f"{src}: the parts of {key} do not add up to what was exported (checksum differs)")
+        if entry.get("dtype", "float32") != "float32":  # back to what the stages train in
+            import torch
+
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)["state_dict"]
+            buffer = io.BytesIO()
+            torch.save({"state_dict": cast_floating(state, torch.float32)}, buffer)
+            data = buffer.getvalue()
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".partial")
         partial.write_bytes(data)

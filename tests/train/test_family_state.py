@@ -54,6 +54,31 @@ def test_parts_join_into_the_weights_without_optimizer_state(tmp_path):
     assert all(torch.equal(carried["state_dict"][k], v) for k, v in original.items())
 
 
+def test_half_precision_weights_travel_at_half_the_bytes_and_return_as_float32(tmp_path):
+    runs, there = tmp_path / "runs", tmp_path / "there"
+    stage = finished_stage(runs, "graduated/seed2/value")
+    state = torch.load(stage / "checkpoints" / "last.ckpt", weights_only=False)
+    state["state_dict"]["actor.steps"] = torch.tensor([7, 9])  # an integer buffer keeps its type
+    torch.save(state, stage / "checkpoints" / "last.ckpt")
+    full = fs.export_weights([stage], runs, tmp_path / "full")["graduated__seed2__value"]
+    half = fs.export_weights([stage], runs, tmp_path / "half", dtype="float16")["graduated__seed2__value"]
+    assert half["dtype"] == "float16" and full["dtype"] == "float32"
+    assert 0.45 < half["bytes"] / full["bytes"] < 0.55
+    (there / "graduated/seed2/value").mkdir(parents=True)
+    (there / "graduated/seed2/value" / fp.DONE).write_text("{}\n")
+    assert fs.import_weights(tmp_path / "half", there, fp.DONE) == ["graduated/seed2/value"]
+    carried = torch.load(there / "graduated/seed2/value/checkpoints/last.ckpt", weights_only=False)["state_dict"]
+    original = state["state_dict"]
+    assert carried["actor.steps"].dtype == torch.int64 and torch.equal(carried["actor.steps"], original["actor.steps"])
+    for key in ("actor.w", "critic.v"):
+        assert carried[key].dtype == torch.float32
+        # Rounded once to half precision: within its relative step, and not the same tensor.
+        assert torch.allclose(carried[key], original[key], rtol=2 ** -11, atol=1e-7)
+        assert not torch.equal(carried[key], original[key])
+    with pytest.raises(fs.StateError, match="float32 or float16"):
+        fs.export_weights([stage], runs, tmp_path / "x", dtype="bfloat16")
+
+
 def test_carried_state_that_cannot_be_used_is_a_clear_error(tmp_path):
     runs, there, out = tmp_path / "runs", tmp_path / "there", tmp_path / "out"
     with pytest.raises(fs.StateError, match="no weights manifest"):
@@ -121,3 +146,20 @@ def test_finished_stages_whose_weights_did_not_travel_run_again(tmp_path):
     assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == [
         str(runs / "graduated/seed0/value"), str(rft), str(warmup)]
     assert (runs / "graduated/seed0/rft.uncarried2").is_dir()  # the first one set aside is kept too
+
+
+def test_the_stages_before_ppo_run_alone_and_export_what_ppo_starts_from(tmp_path, capsys):
+    """--before-ppo: the prefix on one machine (here already finished: skipped), no PPO stage
+    started, and the value stage's weights exported for the PPO stage on the next machine."""
+    runs, actor = tmp_path / "runs", tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}\n")
+    for name in ("warmup", "rft", "value"):
+        finished_stage(runs, f"graduated/seed0/{name}")
+    code = fp.main(["--actor", str(actor), "--out", str(runs), "--seeds", "0", "--before-ppo",
+                    "--export-weights", str(tmp_path / "sent"), "--export-dtype", "float16"])
+    assert code == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["stages"] == {"skipped": 3}
+    assert not (runs / "graduated/seed0/agentic_full").exists()
+    manifest = json.loads((tmp_path / "sent" / fs.MANIFEST).read_text())
+    assert {k: v["dtype"] for k, v in manifest.items()} == {"graduated__seed0__value": "float16"}
