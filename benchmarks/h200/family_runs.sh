@@ -22,7 +22,8 @@
 # the pipeline's and the decoder check's logs), rewritten every minute while the pipeline runs, so
 # that a call killed at its limit still returns what it did; weights.json and weights.*.part*
 # (scripts/family_state.py), at most EXPORT_MB (default 40: one stage of the family actor and its
-# critic, 31.7 MB; the stages furthest along go first, the rest run again on the next machine).
+# critic, 31.7 MB; the stages furthest along go first, the rest run again on the next machine), as
+# EXPORT_DTYPE (float32, or float16: 15.9 MB a stage, a one-time rounding of the next stage's start).
 # LIMIT_S must end inside the call's own limit: the run tool's timeout_s, or the device time
 # left when that is less.
 # Usage: bash benchmarks/h200/family_runs.sh [SEEDS] [LIMIT_S]
@@ -129,7 +130,7 @@ python3 scripts/family_pipeline.py --actor "$ACTOR" --out outputs/family/runs --
     --time-budget-s $((LIMIT - 45 - (start - t0))) --jobs 3 --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 \
     --set data.prewarm_baselines=12 --set sampling.max_batch=16 --set sampling.decoder="$DECODER" \
     --set sandbox.timing.harness_beside_timing="$HARNESS_BESIDE" "${carried[@]}" \
-    --export-weights "$OUT" --export-max-mb "${EXPORT_MB:-40}" ${EXTRA:-} > "$LOGS/pipeline.log" 2>&1
+    --export-weights "$OUT" --export-max-mb "${EXPORT_MB:-40}" --export-dtype "${EXPORT_DTYPE:-float32}" ${EXTRA:-} > "$LOGS/pipeline.log" 2>&1
 echo "pipeline rc=$? in $(( $(date +%s) - start )) s"
 touch /tmp/family_bundle.stop; wait "$refresher"
 grep "^family_pipeline" "$LOGS/pipeline.log"

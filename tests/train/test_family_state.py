@@ -163,3 +163,35 @@ def test_the_stages_before_ppo_run_alone_and_export_what_ppo_starts_from(tmp_pat
     assert not (runs / "graduated/seed0/agentic_full").exists()
     manifest = json.loads((tmp_path / "sent" / fs.MANIFEST).read_text())
     assert {k: v["dtype"] for k, v in manifest.items()} == {"graduated__seed0__value": "float16"}
+
+
+def test_the_half_precision_carry_is_measured_on_real_models_and_trajectories(tiny_model_dir, tmp_path):
+    """benchmarks/bench_carry_dtype.py: a stage's actor and critic against the same weights rounded
+    to float16; the rounding shows (the log-probs differ) but stays within half precision's reach."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    import bench_carry_dtype as bcd
+    from torch import nn
+
+    from src.models.actor import load_actor
+    from src.models.critic import build_critic
+
+    holder = nn.Module()
+    holder.actor = load_actor(str(tiny_model_dir))
+    holder.critic = build_critic(holder.actor)
+    torch.nn.init.normal_(holder.critic.value_head.weight)  # a critic that says something
+    stage = tmp_path / "runs" / "graduated/seed0/value"
+    (stage / "checkpoints").mkdir(parents=True)
+    torch.save({"state_dict": holder.state_dict()}, stage / "checkpoints" / "last.ckpt")
+    fs.export_weights([stage], tmp_path / "runs", tmp_path / "sent")
+    torch.manual_seed(1)
+    ids = torch.randint(0, 512, (2, 40)).tolist()
+    (tmp_path / "t.jsonl").write_text("".join(json.dumps({"token_ids": x, "loss_mask": [0] * 10 + [1] * 30}) + "\n"
+                                              for x in ids))
+    assert bcd.main(["--weights", str(tmp_path / "sent"), "--actor", str(tiny_model_dir), "--trajectories",
+                     str(tmp_path / "t.jsonl"), "--out", str(tmp_path / "r.json")]) == 0
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["stage"] == "graduated__seed0__value" and report["policy_tokens"] == 2 * 30
+    assert 0 < report["logprob_abs_diff_mean"] < 1e-2 and 0 <= report["kl_mean"] < 1e-4
+    assert 0 < report["value_abs_diff_max"] < 1e-2 and report["argmax_agreement"] > 0.9
+    assert bcd.main(["--weights", str(tmp_path / "none"), "--actor", str(tiny_model_dir),
+                     "--trajectories", str(tmp_path / "t.jsonl")]) == 2
