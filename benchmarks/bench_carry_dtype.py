@@ -2,7 +2,7 @@
 (scripts/family_state.py, ``--export-dtype float16``): the stage's actor and critic as exported in
 float32 against the same weights rounded to float16 and back, on trajectories the pipeline
 sampled. Per policy token (``loss_mask``): the absolute difference of the log-probs of the sampled
-tokens, the k3 estimate of KL(float32 || rounded), whether the most likely next token is the same;
+tokens, KL(float32 || rounded) over the whole next-token distribution, whether the most likely next token is the same;
 per position: the absolute difference of the critic's values. Float32 forward passes on the CPU.
 
 Launch lines (from the repository root; STATE is a folder of exported weights: weights.json and
@@ -62,15 +62,13 @@ def compare(full: nn.Module, rounded: nn.Module, episodes: list[dict], device: s
         ids = torch.tensor([episode["token_ids"]], device=device)
         attention = torch.ones_like(ids)
         policy = torch.tensor(episode["loss_mask"], device=device).bool()
-        policy[0] = False  # no log-prob before the first token
         logits = [m.actor.model(input_ids=ids, attention_mask=attention, use_cache=False).logits[0, :-1].float()
                   for m in (full, rounded)]
         logp = [torch.log_softmax(x, dim=-1) for x in logits]
         sampled = ids[0, 1:]
-        mask = policy[1:]
+        mask = policy[1:]  # position t predicts token t + 1
         chosen = [lp.gather(-1, sampled[:, None])[:, 0] for lp in logp]
         logprob_diff.append((chosen[0] - chosen[1]).abs()[mask])
-        # k3: E_p[r - 1 - log r] with r = q/p, over the whole next-token distribution.
         p = logp[0].exp()
         kl.append((p * (logp[0] - logp[1])).sum(-1)[mask])
         same_argmax.append((logits[0].argmax(-1) == logits[1].argmax(-1))[mask].float())

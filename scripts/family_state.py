@@ -10,7 +10,7 @@ each finished stage that a stage still to run starts from, without optimizer sta
     python scripts/family_pipeline.py ... --import-weights .famstate   # before it, on the next host
 
 The weights travel float32 by default. ``dtype="float16"`` halves them (a stage of the family
-actor and critic: 31.7 -> 15.9 MB, so three seeds' value stages fit in one call's carry): a
+actor and critic: 31.7 -> 16.9 MB, so three seeds' value stages fit in one call's carry): a
 one-time rounding of the point the next stage starts from (relative error <= 2^-11), which then
 trains in float32 again (the PPO stages move weights by ~1e-5 a step, which half precision would
 round away if it trained in it). The import turns them back into float32; the start validation

@@ -23,7 +23,7 @@
 # that a call killed at its limit still returns what it did; weights.json and weights.*.part*
 # (scripts/family_state.py), at most EXPORT_MB (default 40: one stage of the family actor and its
 # critic, 31.7 MB; the stages furthest along go first, the rest run again on the next machine), as
-# EXPORT_DTYPE (float32, or float16: 15.9 MB a stage, a one-time rounding of the next stage's start).
+# EXPORT_DTYPE (float32, or float16: 16.9 MB a stage, a one-time rounding of the next stage's start).
 # LIMIT_S must end inside the call's own limit: the run tool's timeout_s, or the device time
 # left when that is less.
 # Usage: bash benchmarks/h200/family_runs.sh [SEEDS] [LIMIT_S]
