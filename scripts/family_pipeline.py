@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 import family_state
+import plot_family
 
 ROOT = Path(__file__).resolve().parent.parent
 REWARDS = ("graduated", "binary", "continuous")
@@ -92,6 +93,8 @@ ACTOR_ONLY = "rft_actor_only"
 # In a PPO stage that does not validate the actor it starts from itself: which stage did
 # (another PPO stage of the same seed starting from the same actor), relative to --out.
 START_VALIDATION = "start_validation.json"
+# Beside a PPO stage: the start validation of an earlier start of it that was discarded.
+BANKED_START = ".start"
 
 
 def stages_for(ablations: Sequence[str]) -> list[Stage]:
@@ -302,6 +305,49 @@ def start_validators(chain: Sequence[StageRun]) -> dict[Path, Path]:
     return out
 
 
+def banked_start(stage_dir: Path) -> Path:
+    """Where a PPO stage's start validation is kept when its start is discarded."""
+    return stage_dir.with_name(stage_dir.name + BANKED_START)
+
+
+def has_start_validation(stage_dir: Path) -> bool:
+    """Whether ``stage_dir``'s metrics.csv holds a held-out validation before the first update."""
+    metrics = stage_dir / "metrics.csv"
+    if not metrics.is_file():
+        return False
+    series = plot_family.read_metrics(metrics)
+    return any(plot_family.at_start(series, key) is not None for key, _ in plot_family.HELDOUT)
+
+
+def bank_start_validation(stage_dir: Path) -> None:
+    """A PPO stage stopped before its first checkpoint starts again from nothing (run_stage), but
+    its start validation, if it finished, is on disk (the stage writes it as soon as it is judged)
+    and judged the same actor the restart starts from: kept as ``<stage>.start/metrics.csv``, so
+    that the restart does not judge it again (minutes of device time for 38 held-out episodes).
+    Remove ``<stage>.start`` to have it judged again (e.g. after changing the held-out tasks)."""
+    import shutil
+
+    if (stage_dir / DONE).exists() or (stage_dir / "checkpoints" / "last.ckpt").exists():
+        return
+    if has_start_validation(stage_dir) and not has_start_validation(banked_start(stage_dir)):
+        banked_start(stage_dir).mkdir(exist_ok=True)
+        shutil.copy2(stage_dir / "metrics.csv", banked_start(stage_dir) / "metrics.csv")
+
+
+def start_validator(run: StageRun, validators: dict[Path, Path]) -> Path:
+    """The stage whose start validation stands for ``run``'s: another PPO stage of the seed
+    (start_validators), an earlier start of its own that was discarded (bank_start_validation),
+    or ``run`` itself (it validates at its start)."""
+    validator = validators.get(run.stage_dir, run.stage_dir)
+    if validator == run.stage_dir and run.stage.stage == "agentic_rl":
+        bank_start_validation(run.stage_dir)
+        if has_start_validation(banked_start(run.stage_dir)):
+            print(f"family_pipeline: {run.stage_dir} starts from the actor {banked_start(run.stage_dir)} validated "
+                  f"(an earlier start's validation): not judged again", file=sys.stderr)
+            return banked_start(run.stage_dir)
+    return validator
+
+
 def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[float], log: Path,
               statuses: dict[str, str]) -> None:
     """The chain's stages in order; a failed stage ends its chain (what follows starts from it)."""
@@ -313,7 +359,7 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
             continue
         if run.stage.init == ACTOR_ONLY:
             write_actor_only(run.source / "rft")
-        validator = validators.get(run.stage_dir, run.stage_dir)
+        validator = start_validator(run, validators)
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
                                     validate_at_start=validator == run.stage_dir)
         statuses[key] = run_stage(run.stage_dir, overrides, deadline, log)

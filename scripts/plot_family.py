@@ -66,6 +66,8 @@ def find_runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
     runs: dict[tuple[str, str], dict[int, Path]] = {}
     for csv_path in sorted(root.glob("*/seed*/agentic_*/metrics.csv")):
         stage_dir = csv_path.parent
+        if "." in stage_dir.name:  # kept beside a stage (<stage>.start, <stage>.uncarried): not a run
+            continue
         reward, seed = stage_dir.parent.parent.name, int(stage_dir.parent.name[4:])
         runs.setdefault((reward, stage_dir.name[len("agentic_"):]), {})[seed] = stage_dir.parent
     return runs
@@ -106,10 +108,15 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     start_validation.json: one validation per seed and start actor); else, for runs from before
     either existed, the start stage's last validation."""
     keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
-    pointer = run / f"agentic_{ablation}" / START_VALIDATION
-    if not any(at_start(ppo, k) is not None for k in keys) and pointer.exists():
-        validator = run.parent.parent / json.loads(pointer.read_text())["stage"] / "metrics.csv"
-        ppo = read_metrics(validator) if validator.exists() else {}
+    stage = run / f"agentic_{ablation}"
+    # A pointer may lead to a stage that points on (its own start validation kept from an earlier
+    # start: family_pipeline.bank_start_validation); a few hops at most.
+    for _ in range(4):
+        pointer = stage / START_VALIDATION
+        if any(at_start(ppo, k) is not None for k in keys) or not pointer.exists():
+            break
+        stage = run.parent.parent / json.loads(pointer.read_text())["stage"]
+        ppo = read_metrics(stage / "metrics.csv") if (stage / "metrics.csv").exists() else {}
     if any(at_start(ppo, k) is not None for k in keys):
         return {k: at_start(ppo, k) for k in keys}
     start = start_metrics(run, START.get(ablation))

@@ -288,3 +288,32 @@ def test_finished_stages_continue_on_another_machine_from_exported_weights(pipel
     original = torch.load(fp.write_actor_only(rft), map_location="cpu", weights_only=False)["state_dict"]
     assert carried.keys() == original.keys() and all(torch.equal(v, original[k]) for k, v in carried.items())
     assert all(v.dtype == original[k].dtype for k, v in carried.items())
+
+
+def test_a_discarded_ppo_start_keeps_its_start_validation_and_the_restart_does_not_judge_again(tmp_path):
+    from .conftest import write_metrics_csv
+
+    settings = fp.Settings(actor="/models/a")
+    chain = fp.plan_chains(tmp_path, [0], ["graduated"], ["full"], settings)[0]
+    ppo = next(r for r in chain if r.stage.stage == "agentic_rl")
+    validators = fp.start_validators(chain)
+    assert fp.start_validator(ppo, validators) == ppo.stage_dir  # nothing judged yet: it validates
+    # A start stopped during its first step: training rows, no start validation yet.
+    write_metrics_csv(ppo.stage_dir, [{"step": -1, "rollout/reward_mean": 0.0}])
+    assert fp.start_validator(ppo, validators) == ppo.stage_dir
+    assert not fp.banked_start(ppo.stage_dir).exists()
+    # One stopped after it: kept beside the stage, which then names it instead of judging again.
+    write_metrics_csv(ppo.stage_dir, [{"step": -1, "val/reward_mean": 0.25}, {"step": 0, "rollout/reward_mean": 0.5}])
+    assert fp.start_validator(ppo, validators) == fp.banked_start(ppo.stage_dir)
+    kept = fp.banked_start(ppo.stage_dir) / "metrics.csv"
+    assert kept.read_text() == (ppo.stage_dir / "metrics.csv").read_text()
+    over = fp.stage_overrides(ppo.stage, ppo.stage_dir.parent, "graduated", 0, settings,
+                              validate_at_start=fp.start_validator(ppo, validators) == ppo.stage_dir)
+    assert "stage.module.validate_at_start=false" in over
+    # A stage with a checkpoint resumes (no start validation on resume): nothing to keep.
+    other = tmp_path / "x" / "agentic_full"
+    write_metrics_csv(other, [{"step": -1, "val/reward_mean": 0.25}])
+    (other / "checkpoints").mkdir()
+    (other / "checkpoints" / "last.ckpt").write_bytes(b"")
+    fp.bank_start_validation(other)
+    assert not fp.banked_start(other).exists()

@@ -90,3 +90,22 @@ def test_the_start_step_is_the_one_the_stages_log_at():
 
     assert plot_family.BEFORE_TRAINING_STEP == BEFORE_TRAINING_STEP  # the script reads what the stage writes
     assert plot_family.START_VALIDATION == family_pipeline.START_VALIDATION
+
+
+def test_a_start_validation_kept_from_an_earlier_start_is_followed_through_pointers(tmp_path):
+    """family_pipeline.bank_start_validation: a restarted PPO stage names its earlier start's
+    validation (<stage>.start), and a stage that names it in turn reaches the same point; the kept
+    directory is not a run of its own."""
+    runs = tmp_path / "runs"
+    seed = runs / "graduated" / "seed0"
+    write_metrics_csv(seed / "agentic_full.start", [{"step": -1, "val/reward_mean": -0.75}])
+    write_metrics_csv(seed / "agentic_full", [{"step": 0, "rollout/reward_mean": 0.0}, {"step": 5, "val/reward_mean": 0.5}])
+    (seed / "agentic_full" / plot_family.START_VALIDATION).write_text(
+        json.dumps({"stage": "graduated/seed0/agentic_full.start"}))
+    other = runs / "binary" / "seed0" / "agentic_full"
+    write_metrics_csv(other, [{"step": 5, "val/reward_mean": 1.0}])
+    (other / plot_family.START_VALIDATION).write_text(json.dumps({"stage": "graduated/seed0/agentic_full"}))
+    assert set(plot_family.find_runs(runs)) == {("graduated", "full"), ("binary", "full")}
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    assert summary["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.25}
+    assert summary["binary/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.75}
