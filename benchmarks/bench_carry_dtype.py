@@ -98,8 +98,12 @@ def main(argv=None) -> int:
     except StateError as exc:
         print(f"bench_carry_dtype: {exc}", file=sys.stderr)
         return 2
-    lines = Path(args.trajectories).read_text().splitlines()
-    episodes = [e for e in map(json.loads, lines) if e.get("token_ids")][:args.episodes]
+    try:
+        lines = Path(args.trajectories).read_text().splitlines()
+        episodes = [e for e in map(json.loads, lines) if e.get("token_ids")][:args.episodes]
+    except (OSError, ValueError) as exc:
+        print(f"bench_carry_dtype: cannot read trajectories {args.trajectories}: {exc}", file=sys.stderr)
+        return 2
     if not episodes:
         print(f"bench_carry_dtype: {args.trajectories} has no episode with token_ids", file=sys.stderr)
         return 2

@@ -195,3 +195,5 @@ def test_the_half_precision_carry_is_measured_on_real_models_and_trajectories(ti
     assert 0 < report["value_abs_diff_max"] < 1e-2 and report["argmax_agreement"] > 0.9
     assert bcd.main(["--weights", str(tmp_path / "none"), "--actor", str(tiny_model_dir),
                      "--trajectories", str(tmp_path / "t.jsonl")]) == 2
+    assert bcd.main(["--weights", str(tmp_path / "sent"), "--actor", str(tiny_model_dir),
+                     "--trajectories", str(tmp_path / "missing.jsonl")]) == 2
