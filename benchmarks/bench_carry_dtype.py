@@ -15,7 +15,6 @@ its parts, e.g. what benchmarks/h200/family_runs.sh returned):
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import sys
 from pathlib import Path
@@ -27,23 +26,18 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from family_state import MANIFEST, StateError, cast_floating  # noqa: E402
+from family_state import StateError, carried_state, cast_floating, read_manifest  # noqa: E402
 from src.models.actor import load_actor  # noqa: E402
 from src.models.critic import build_critic  # noqa: E402
 
 
-def carried_state(folder: Path, key: str = "") -> tuple[str, dict]:
-    """One stage's ``state_dict`` from an export folder (the first listed, or ``key``)."""
-    manifest_path = folder / MANIFEST
-    if not manifest_path.is_file():
-        raise StateError(f"{manifest_path}: no weights manifest")
-    manifest = json.loads(manifest_path.read_text())
+def stage_state(folder: Path, key: str = "") -> tuple[str, dict]:
+    """One stage's float32 ``state_dict`` from an export folder (the first listed, or ``key``)."""
+    manifest = read_manifest(folder)
     key = key or next(iter(manifest), "")
     if key not in manifest:
         raise StateError(f"{folder}: no stage {key!r} (it has {', '.join(manifest) or 'none'})")
-    data = b"".join((folder / part).read_bytes() for part in manifest[key]["parts"])
-    state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)["state_dict"]
-    return key, cast_floating(state, torch.float32)
+    return key, carried_state(folder, key, manifest[key])
 
 
 def policy_and_critic(actor_dir: str, state: dict, device: str) -> nn.Module:
@@ -94,7 +88,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="")
     args = p.parse_args(argv)
     try:
-        key, state = carried_state(Path(args.weights), args.stage)
+        key, state = stage_state(Path(args.weights), args.stage)
     except StateError as exc:
         print(f"bench_carry_dtype: {exc}", file=sys.stderr)
         return 2

@@ -319,19 +319,25 @@ def has_start_validation(stage_dir: Path) -> bool:
     return any(plot_family.at_start(series, key) is not None for key, _ in plot_family.HELDOUT)
 
 
-def bank_start_validation(stage_dir: Path) -> None:
+def bank_start_validation(stage_dir: Path) -> bool:
     """A PPO stage stopped before its first checkpoint starts again from nothing (run_stage), but
     its start validation, if it finished, is on disk (the stage writes it as soon as it is judged)
     and judged the same actor the restart starts from: kept as ``<stage>.start/metrics.csv``, so
     that the restart does not judge it again (minutes of device time for 38 held-out episodes).
-    Remove ``<stage>.start`` to have it judged again (e.g. after changing the held-out tasks)."""
+    Remove ``<stage>.start`` to have it judged again (e.g. after changing the held-out tasks).
+    Returns whether a kept start validation is there (kept now or by an earlier restart)."""
     import shutil
 
+    kept = banked_start(stage_dir)
+    if has_start_validation(kept):
+        return True
     if (stage_dir / DONE).exists() or (stage_dir / "checkpoints" / "last.ckpt").exists():
-        return
-    if has_start_validation(stage_dir) and not has_start_validation(banked_start(stage_dir)):
-        banked_start(stage_dir).mkdir(exist_ok=True)
-        shutil.copy2(stage_dir / "metrics.csv", banked_start(stage_dir) / "metrics.csv")
+        return False
+    if has_start_validation(stage_dir):
+        kept.mkdir(exist_ok=True)
+        shutil.copy2(stage_dir / "metrics.csv", kept / "metrics.csv")
+        return True
+    return False
 
 
 def start_validator(run: StageRun, validators: dict[Path, Path]) -> Path:
@@ -339,12 +345,10 @@ def start_validator(run: StageRun, validators: dict[Path, Path]) -> Path:
     (start_validators), an earlier start of its own that was discarded (bank_start_validation),
     or ``run`` itself (it validates at its start)."""
     validator = validators.get(run.stage_dir, run.stage_dir)
-    if validator == run.stage_dir and run.stage.stage == "agentic_rl":
-        bank_start_validation(run.stage_dir)
-        if has_start_validation(banked_start(run.stage_dir)):
-            print(f"family_pipeline: {run.stage_dir} starts from the actor {banked_start(run.stage_dir)} validated "
-                  f"(an earlier start's validation): not judged again", file=sys.stderr)
-            return banked_start(run.stage_dir)
+    if validator == run.stage_dir and run.stage.stage == "agentic_rl" and bank_start_validation(run.stage_dir):
+        print(f"family_pipeline: {run.stage_dir} starts from the actor {banked_start(run.stage_dir)} validated "
+              f"(an earlier start's validation): not judged again", file=sys.stderr)
+        return banked_start(run.stage_dir)
     return validator
 
 

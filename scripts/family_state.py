@@ -84,15 +84,39 @@ def cast_floating(state: dict, dtype) -> dict:
     return {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
 
 
+def read_manifest(src: Path) -> dict:
+    """The manifest of an export folder: stage key -> its stage, parts, bytes, dtype, checksum."""
+    manifest_path = src / MANIFEST
+    if not manifest_path.is_file():
+        raise StateError(f"{manifest_path}: no weights manifest (copy every file a run returned into {src})")
+    return json.loads(manifest_path.read_text())
+
+
+def joined_parts(src: Path, key: str, entry: dict) -> bytes:
+    """One exported stage's bytes, its parts joined and checked against the manifest's checksum."""
+    missing = [p for p in entry["parts"] if not (src / p).is_file()]
+    if missing:
+        raise StateError(f"{src}: parts missing for {key}: {', '.join(missing)}")
+    data = b"".join((src / p).read_bytes() for p in entry["parts"])
+    if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+        raise StateError(f"{src}: the parts of {key} do not add up to what was exported (checksum differs)")
+    return data
+
+
+def carried_state(src: Path, key: str, entry: dict) -> dict:
+    """One exported stage's ``state_dict``, floating tensors back in float32."""
+    import torch
+
+    state = torch.load(io.BytesIO(joined_parts(src, key, entry)), map_location="cpu", weights_only=False)
+    return cast_floating(state["state_dict"], torch.float32)
+
+
 def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
     """Join the parts in ``src`` into ``<stage>/checkpoints/last.ckpt`` of each finished stage
     under ``runs`` that has no checkpoint yet; returns the stages written. A stage not marked
     finished (``done_marker``) under ``runs``, a missing part or a wrong checksum is an error."""
-    manifest_path = src / MANIFEST
-    if not manifest_path.is_file():
-        raise StateError(f"{manifest_path}: no weights manifest (copy every file a run returned into {src})")
     written = []
-    for key, entry in json.loads(manifest_path.read_text()).items():
+    for key, entry in read_manifest(src).items():
         stage_dir = runs / entry["stage"]
         if not (stage_dir / done_marker).is_file():
             raise StateError(f"{stage_dir}: the carried weights {key} belong to a finished stage, but it is not "
@@ -100,18 +124,13 @@ def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
         target = stage_dir / CHECKPOINT
         if target.exists():
             continue
-        missing = [p for p in entry["parts"] if not (src / p).is_file()]
-        if missing:
-            raise StateError(f"{src}: parts missing for {key}: {', '.join(missing)}")
-        data = b"".join((src / p).read_bytes() for p in entry["parts"])
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise StateError(f"{src}: the parts of {key} do not add up to what was exported (checksum differs)")
-        if entry.get("dtype", "float32") != "float32":  # back to what the stages train in
+        if entry.get("dtype", "float32") == "float32":
+            data = joined_parts(src, key, entry)
+        else:  # back to what the stages train in
             import torch
 
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)["state_dict"]
             buffer = io.BytesIO()
-            torch.save({"state_dict": cast_floating(state, torch.float32)}, buffer)
+            torch.save({"state_dict": carried_state(src, key, entry)}, buffer)
             data = buffer.getvalue()
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".partial")
