@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from plot_family import read_metrics  # noqa: E402
+from plot_family import BEFORE_TRAINING_STEP, read_metrics, start_validation  # noqa: E402
 
 PROJECT = "cuda-agent-family"
 # The x-axis metric, named as Lightning's WandbLogger names it.
@@ -34,12 +34,21 @@ def stage_runs(root: Path) -> list[Path]:
     return [p.parent for p in sorted(root.glob("*/seed*/*/metrics.csv")) if "." not in p.parent.name]
 
 
-def rows_by_step(metrics_csv: Path) -> list[tuple[int, dict[str, float]]]:
-    """The metrics of each step, merged across the rows that share it (training and val/ rows)."""
+def rows_by_step(stage_dir: Path) -> list[tuple[int, dict[str, float]]]:
+    """The metrics of each step, merged across the rows that share it (training and val/ rows).
+    A PPO stage whose validation before training another stage judged (start_validation.json:
+    the same actor validated once per seed, or the stage's own kept from an earlier start) gets
+    that validation at step -1, as plot_family.py counts it."""
+    own = read_metrics(stage_dir / "metrics.csv")
     steps: dict[int, dict[str, float]] = {}
-    for key, points in read_metrics(metrics_csv).items():
+    for key, points in own.items():
         for step, value in points:
             steps.setdefault(step, {})[key] = value
+    if BEFORE_TRAINING_STEP not in steps:
+        for key, points in start_validation(stage_dir, own).items():
+            for step, value in points:
+                if step == BEFORE_TRAINING_STEP and key.startswith("val/"):
+                    steps.setdefault(step, {})[key] = value
     return sorted(steps.items())
 
 
@@ -66,7 +75,7 @@ def write_run(stage_dir: Path, out: Path, project: str) -> None:
         # and only grow, and a PPO stage logs its validation before training at step -1.
         run.define_metric(GLOBAL_STEP)
         run.define_metric("*", step_metric=GLOBAL_STEP, step_sync=True)
-        for step, metrics in rows_by_step(stage_dir / "metrics.csv"):
+        for step, metrics in rows_by_step(stage_dir):
             run.log({**metrics, GLOBAL_STEP: step})
     finally:
         run.finish()

@@ -102,23 +102,33 @@ def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, 
     return {}
 
 
-def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, Optional[float]]:
-    """Held-out metrics of the actor a PPO stage starts from: its own validation before its first
-    update; else the one of the stage that validated the same actor for it (family_pipeline.py's
-    start_validation.json: one validation per seed and start actor); else, for runs from before
-    either existed, the start stage's last validation."""
+def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The metrics that hold a PPO stage's held-out validation before its first update (step -1):
+    ``ppo``, the stage's own, if they have it; else those of the stage that validated the same
+    actor for it, reached through start_validation.json (family_pipeline.py: one validation per
+    seed and start actor, or the stage's own kept from an earlier start, <stage>.start, which may
+    itself be named by another stage: a few hops at most); empty if none is found."""
     keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
-    stage = run / f"agentic_{ablation}"
-    # A pointer may lead to a stage that points on (its own start validation kept from an earlier
-    # start: family_pipeline.bank_start_validation); a few hops at most.
+    runs_root = stage.parent.parent.parent
     for _ in range(4):
+        if any(at_start(ppo, k) is not None for k in keys):
+            return ppo
         pointer = stage / START_VALIDATION
-        if any(at_start(ppo, k) is not None for k in keys) or not pointer.exists():
+        if not pointer.exists():
             break
-        stage = run.parent.parent / json.loads(pointer.read_text())["stage"]
+        stage = runs_root / json.loads(pointer.read_text())["stage"]
         ppo = read_metrics(stage / "metrics.csv") if (stage / "metrics.csv").exists() else {}
-    if any(at_start(ppo, k) is not None for k in keys):
-        return {k: at_start(ppo, k) for k in keys}
+    return ppo if any(at_start(ppo, k) is not None for k in keys) else {}
+
+
+def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, Optional[float]]:
+    """Held-out metrics of the actor a PPO stage starts from: its validation before its first
+    update (start_validation); else, for runs from before that existed, the start stage's last
+    validation."""
+    keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
+    validated = start_validation(run / f"agentic_{ablation}", ppo)
+    if validated:
+        return {k: at_start(validated, k) for k in keys}
     start = start_metrics(run, START.get(ablation))
     return {k: last(start, k) for k in keys}
 

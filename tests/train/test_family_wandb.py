@@ -66,3 +66,30 @@ def test_each_stage_run_becomes_an_offline_run_with_its_steps_group_and_config(t
 def test_no_runs_is_one_line_and_exit_2(tmp_path, capsys):
     assert family_wandb.main(["--runs", str(tmp_path), "--out", str(tmp_path / "wb")]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_stage_validated_elsewhere_gets_that_validation_at_step_minus_one(tmp_path, monkeypatch, wandb_records):
+    """A restarted PPO stage names its earlier start's kept validation (<stage>.start), and a
+    stage of another reward names that one: both W&B runs carry the point before training."""
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    runs = tmp_path / "runs"
+    stage(runs, "graduated/seed0/agentic_full.start", [{"step": -1, "val/reward_mean": -0.5, "val/pass_rate": 0.25}])
+    stage(runs, "graduated/seed0/agentic_full", [{"step": 0, "rollout/reward_mean": 0.25}])
+    (runs / "graduated/seed0/agentic_full/start_validation.json").write_text(
+        json.dumps({"stage": "graduated/seed0/agentic_full.start"}))
+    stage(runs, "binary/seed0/agentic_full", [{"step": 0, "rollout/reward_mean": 1.0}])
+    (runs / "binary/seed0/agentic_full/start_validation.json").write_text(
+        json.dumps({"stage": "graduated/seed0/agentic_full"}))
+    assert family_wandb.main(["--runs", str(runs), "--out", str(tmp_path / "wb")]) == 0
+
+    found = {}
+    for run_dir in (tmp_path / "wb" / "wandb").glob("offline-run-*"):
+        records = wandb_records(run_dir)
+        (run,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+        found[run.display_name] = history(records)
+    # The kept folder is not a run of its own.
+    assert sorted(found) == ["binary-seed0-agentic_full", "graduated-seed0-agentic_full"]
+    before = {"val/reward_mean": -0.5, "val/pass_rate": 0.25}
+    assert found["graduated-seed0-agentic_full"] == {-1: before, 0: {"rollout/reward_mean": 0.25}}
+    assert found["binary-seed0-agentic_full"] == {-1: before, 0: {"rollout/reward_mean": 1.0}}
