@@ -414,7 +414,7 @@ def usage_error(message: str) -> None:
 def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     d = Settings(actor="")
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--actor", required=True, help="the behaviour-cloned actor (make_family_actor.py --out)")
+    p.add_argument("--actor", default="", help="the behaviour-cloned actor (make_family_actor.py --out); required")
     p.add_argument("--out", default=str(ROOT / "outputs" / "family" / "runs"))
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--rewards", default="graduated", help=f"comma-separated: {', '.join(REWARDS)}")
@@ -479,8 +479,10 @@ def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, 
               f"the next machine runs them again", file=sys.stderr)
 
 
-def main(argv: Optional[list[str]] = None) -> int:
-    args = parse_args(argv)
+def planned(args: argparse.Namespace) -> tuple[Path, list[int], list[str], list[str], Settings]:
+    """What the arguments plan: --out, seeds, rewards, ablations and the stages' settings (a usage
+    error, exit 2, for arguments that plan nothing sensible). The actor is checked by the caller
+    that trains from it (main), not by one that only reads the plan (family_carry.py)."""
     try:
         steps = tuple(int(x) for x in args.steps.split(","))
         seeds = [int(x) for x in args.seeds.split(",")]
@@ -492,18 +494,24 @@ def main(argv: Optional[list[str]] = None) -> int:
         usage_error(f"--val-samples must be at least 1, got {args.val_samples}")
     if len(steps) != 4 or min(steps) < 1:
         usage_error(f"--steps needs 4 positive counts (warm-up,RFT,value,PPO), got {args.steps!r}")
-    if not Path(args.actor, "config.json").exists():
-        usage_error(f"--actor {args.actor} is not a model directory "
-                         "(python scripts/make_family_actor.py --out DIR makes one)")
-    settings = Settings(actor=str(Path(args.actor).absolute()), trainer=args.trainer, logger=args.logger, steps=steps,
+    settings = Settings(actor=str(Path(args.actor).absolute()) if args.actor else "", trainer=args.trainer,
+                        logger=args.logger, steps=steps,
                         val_every=args.val_every, tasks_per_step=args.tasks_per_step,
                         samples_per_task=args.samples_per_task, max_tasks=args.max_tasks, val_tasks=args.val_tasks,
                         val_samples=args.val_samples,
                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
                         extra=list(args.extra))
-    out = Path(args.out).absolute()
     rewards, ablations = parse_list(args.rewards, REWARDS, "--rewards"), parse_list(args.ablations, ABLATIONS, "--ablations")
+    return Path(args.out).absolute(), seeds, rewards, ablations, settings
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args = parse_args(argv)
+    if not args.actor or not Path(args.actor, "config.json").exists():
+        usage_error(f"--actor {args.actor} is not a model directory "
+                    "(python scripts/make_family_actor.py --out DIR makes one)")
+    out, seeds, rewards, ablations, settings = planned(args)
     try:
         if args.import_weights:
             written = family_state.import_weights(Path(args.import_weights), out, DONE)

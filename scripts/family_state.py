@@ -25,7 +25,7 @@ import io
 import json
 import os
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Collection, Iterable, Optional, Sequence
 
 MANIFEST = "weights.json"
 # Under the 16 MiB a returned file may have.
@@ -111,12 +111,15 @@ def carried_state(src: Path, key: str, entry: dict) -> dict:
     return cast_floating(state["state_dict"], torch.float32)
 
 
-def import_weights(src: Path, runs: Path, done_marker: str) -> list[str]:
+def import_weights(src: Path, runs: Path, done_marker: str, stages: Optional[Collection[str]] = None) -> list[str]:
     """Join the parts in ``src`` into ``<stage>/checkpoints/last.ckpt`` of each finished stage
-    under ``runs`` that has no checkpoint yet; returns the stages written. A stage not marked
-    finished (``done_marker``) under ``runs``, a missing part or a wrong checksum is an error."""
+    under ``runs`` that has no checkpoint yet (of ``stages`` only, relative to ``runs``, where
+    given); returns the stages written. A stage not marked finished (``done_marker``) under
+    ``runs``, a missing part or a wrong checksum is an error."""
     written = []
     for key, entry in read_manifest(src).items():
+        if stages is not None and entry["stage"] not in stages:
+            continue
         stage_dir = runs / entry["stage"]
         if not (stage_dir / done_marker).is_file():
             raise StateError(f"{stage_dir}: the carried weights {key} belong to a finished stage, but it is not "

@@ -165,3 +165,21 @@ def write_metrics_csv(stage_dir: Path, rows: list[dict]) -> None:
     keys = sorted({k for r in rows for k in r})
     lines = [",".join(keys)] + [",".join(str(r.get(k, "")) for k in keys) for r in rows]
     (stage_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+
+
+def finished_stage(runs: Path, rel: str, seed: int = 0) -> Path:
+    """A family-pipeline stage directory as train.py leaves it: a Lightning checkpoint (weights,
+    optimizer and loop state) and the pipeline's done marker (for tests of the scripts that
+    carry runs between machines)."""
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))
+    import family_pipeline
+
+    stage = runs / rel
+    (stage / "checkpoints").mkdir(parents=True)
+    torch.manual_seed(seed)
+    state = {"actor.w": torch.randn(300, 100), "critic.v": torch.randn(100)}
+    torch.save({"state_dict": state, "optimizer_states": [{"exp_avg": torch.randn(300, 100)}], "global_step": 3},
+               stage / "checkpoints" / "last.ckpt")
+    (stage / family_pipeline.DONE).write_text("{}\n")
+    return stage

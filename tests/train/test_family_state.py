@@ -13,18 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import family_pipeline as fp  # noqa: E402
 import family_state as fs  # noqa: E402
 
-
-def finished_stage(runs: Path, rel: str, seed: int = 0) -> Path:
-    """A stage directory as train.py leaves it: a Lightning checkpoint (weights, optimizer and
-    loop state) and the pipeline's done marker."""
-    stage = runs / rel
-    (stage / "checkpoints").mkdir(parents=True)
-    torch.manual_seed(seed)
-    state = {"actor.w": torch.randn(300, 100), "critic.v": torch.randn(100)}
-    torch.save({"state_dict": state, "optimizer_states": [{"exp_avg": torch.randn(300, 100)}], "global_step": 3},
-               stage / "checkpoints" / "last.ckpt")
-    (stage / fp.DONE).write_text("{}\n")
-    return stage
+from .conftest import finished_stage  # noqa: E402
 
 
 def test_what_is_needed_is_what_a_stage_still_to_run_starts_from(tmp_path):

@@ -1,0 +1,194 @@
+"""Pack what the next GPU call carries (benchmarks/h200/family_runs.sh's STATE, .famstate) from
+the family pipeline's state in several places: what earlier calls returned (their
+family_runs.tar.gz and weights.*, or a carry made by this script) and runs made on other machines
+(scripts/family_pipeline.py --out, e.g. the stages before PPO on a CPU machine, checkpoints in it).
+
+    python scripts/family_carry.py --from .famstate --from /tmp/returned --add /tmp/cpu_prefix/runs \
+        --to /tmp/famstate.new --seeds 0,1,2 --rewards graduated --reward-stages agentic --steps 3,3,3,6 \
+        --export-dtype float16
+    rm -rf .famstate && mv /tmp/famstate.new .famstate
+
+The other arguments are family_pipeline.py's plan (seeds, rewards, ablations, steps; no --actor
+needed): the weights carried are those of the finished stages that a stage still to run in that
+plan starts from (in --export-dtype, at most --export-max-mb), as the GPU host's own export picks
+them; a finished stage whose weights are in none of the places is set aside as
+``<stage>.uncarried`` and runs again there. --to gets those weights, weights.json and
+family_runs.tar.gz: the runs' small files (no checkpoints, model files, rollouts or W&B files), the
+pipeline's journal (every place's, in order) and the sandbox baselines timed on the GPU hosts
+(--from only: a CPU machine's baselines are keyed by its own CPU and would never be used there).
+
+Places are read in the order given, --from before --add, oldest first: a stage in several places
+is taken from the last one, except that a finished stage (pipeline_done.json) is never replaced by
+one that is not. A stage's weights come from the place its files were taken from. Says how much
+the call would carry with the tracked files and exits 1 when that is over what a call may carry
+(64 MiB), 2 with one line for a place that cannot be read.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+from typing import Optional
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import family_pipeline as fp  # noqa: E402
+import family_state  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+BUNDLE = "family_runs.tar.gz"
+JOURNAL = "pipeline.jsonl"
+# What a run call may carry: the tracked files, the carry paths and untracked files together.
+CARRY_LIMIT = 64 * 2 ** 20
+# Left out of the runs' copy here (a stage's checkpoint is kept: its weights are exported from it).
+NOT_COPIED = ("rollouts", "wandb", "*.safetensors", "*.bin")
+# Left out of the bundle too: the weights travel as parts.
+NOT_BUNDLED = {"rollouts", "wandb", "checkpoints"}
+
+
+def seed_entries(runs: Path) -> list[Path]:
+    """What a pipeline's --out holds per seed, <reward>/seed<k>/*: the stage directories (set-aside
+    ones too) and the files beside them (the log of a stage that was stopped, <stage>.killed.log)."""
+    return sorted(runs.glob("*/seed*/*"))
+
+
+def finished(stage_dir: Path) -> bool:
+    return (stage_dir / fp.DONE).is_file()
+
+
+def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
+    """Copy the stage directories of ``places`` (runs directories, oldest first) into ``into``
+    and join their journals; returns each stage (relative path) -> the place it was taken from."""
+    taken: dict[str, Path] = {}
+    journal: dict[str, None] = {}
+    for runs in places:
+        for entry in seed_entries(runs):
+            rel = entry.relative_to(runs).as_posix()
+            target = into / rel
+            if rel in taken and finished(target) and not finished(entry):
+                print(f"family_carry: {rel}: kept finished from {taken[rel]}, not the unfinished one in {runs}",
+                      file=sys.stderr)
+                continue
+            if target.is_dir():
+                shutil.rmtree(target)
+            if entry.is_dir():
+                shutil.copytree(entry, target, ignore=shutil.ignore_patterns(*NOT_COPIED))
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(entry, target)
+            taken[rel] = runs
+        if (runs / JOURNAL).is_file():
+            journal.update(dict.fromkeys(line for line in (runs / JOURNAL).read_text().splitlines() if line.strip()))
+    into.mkdir(parents=True, exist_ok=True)
+    (into / JOURNAL).write_text("".join(line + "\n" for line in journal))
+    return taken
+
+
+def unpack(state: Path, into: Path) -> Path:
+    """A returned state's bundle into ``into`` (runs/, baselines/); returns its runs directory."""
+    bundle = state / BUNDLE
+    if not bundle.is_file():
+        raise family_state.StateError(f"{state}: no {BUNDLE} (what a call returns, or a carry made here)")
+    try:
+        with tarfile.open(bundle) as tar:
+            # The data filter (no absolute paths, links out or devices) where this Python has it.
+            tar.extractall(into, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    except (tarfile.TarError, OSError) as exc:
+        raise family_state.StateError(f"{bundle}: cannot be unpacked ({exc})") from exc
+    return into / "runs"
+
+
+def bundle_filter(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
+    parts = Path(info.name).parts
+    if NOT_BUNDLED & set(parts) or info.name.endswith((".ckpt", ".safetensors", ".bin")):
+        return None
+    return info
+
+
+def write_bundle(work: Path, dest: Path) -> None:
+    with tarfile.open(dest / BUNDLE, "w:gz") as tar:
+        for name in ("runs", "baselines"):
+            if (work / name).exists():
+                tar.add(work / name, arcname=name, filter=bundle_filter)
+
+
+def tracked_bytes() -> int:
+    """The bytes of the files git tracks here (they travel with every call)."""
+    try:
+        names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return 0
+    return sum((ROOT / n).stat().st_size for n in names.decode().split("\0") if n and (ROOT / n).is_file())
+
+
+def dir_bytes(path: Path) -> int:
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+
+def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, argparse.Namespace]:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--from", dest="states", action="append", default=[],
+                   help="a returned state or an earlier carry (family_runs.tar.gz, weights.*); repeatable")
+    p.add_argument("--add", action="append", default=[],
+                   help="a family_pipeline.py --out made elsewhere, checkpoints in it; repeatable")
+    p.add_argument("--to", required=True, help="the new carry (a directory that does not exist yet or is empty)")
+    p.add_argument("--with", dest="also", action="append", default=[".whl"],
+                   help="other paths the call carries, counted in its size (default: .whl)")
+    args, plan = p.parse_known_args(argv)
+    if not args.states and not args.add:
+        p.error("nothing to pack: give --from or --add")
+    return args, plan
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    args, plan_argv = parse_args(argv)
+    dest = Path(args.to)
+    if dest.exists() and any(dest.iterdir()):
+        print(f"family_carry: error: --to {dest} is not empty", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory(prefix="family_carry.") as tmp:
+        work = Path(tmp) / "work"
+        plan = fp.parse_args([*plan_argv, "--out", str(work / "runs")])
+        out, seeds, rewards, ablations, settings = fp.planned(plan)
+        try:
+            unpacked = [unpack(Path(s), Path(tmp) / f"from{i}") for i, s in enumerate(args.states)]
+            added = [Path(a) for a in args.add]
+            for runs in added:
+                if not runs.is_dir():
+                    raise family_state.StateError(f"--add {runs}: not a directory")
+            taken = merge_runs(unpacked + added, out)
+            for runs in unpacked:
+                if (runs.parent / "baselines").is_dir():
+                    shutil.copytree(runs.parent / "baselines", work / "baselines", dirs_exist_ok=True)
+            for state, runs in zip(args.states, unpacked):
+                if (Path(state) / family_state.MANIFEST).is_file():
+                    mine = {rel for rel, place in taken.items() if place == runs}
+                    family_state.import_weights(Path(state), out, fp.DONE, stages=mine)
+            chains = fp.plan_chains(out, seeds, rewards, ablations, settings)
+            for stage_dir in family_state.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY):
+                print(f"family_carry: {Path(stage_dir).relative_to(out)} finished, but its weights are in none of "
+                      "the places: set aside, it runs again", file=sys.stderr)
+            fp.export(chains, out, dest, int(plan.export_max_mb * 1e6), plan.export_dtype)
+        except family_state.StateError as exc:
+            print(f"family_carry: {exc}", file=sys.stderr)
+            return 2
+        write_bundle(work, dest)
+    carried = dir_bytes(dest)
+    also = sum(dir_bytes(Path(a)) if Path(a).is_dir() else Path(a).stat().st_size for a in args.also if Path(a).exists())
+    total = carried + also + tracked_bytes()
+    weights = family_state.read_manifest(dest)
+    print(f"family_carry: {dest}: {len(weights)} stages' weights ({', '.join(e['stage'] for e in weights.values()) or 'none'}), "
+          f"{carried / 1e6:.1f} MB; with {', '.join(args.also)} and the tracked files {total / 1e6:.1f} MB "
+          f"of the {CARRY_LIMIT / 1e6:.1f} MB a call may carry")
+    if total > CARRY_LIMIT:
+        print("family_carry: over what a call may carry: fewer seeds in the plan, --export-max-mb, or --export-dtype float16",
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""scripts/family_carry.py: the carry of the next GPU call merged from an earlier carry, what a
+call returned and runs made on another machine, with the weights that the stages still to run
+start from and nothing else."""
+from __future__ import annotations
+
+import json
+import sys
+import tarfile
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import family_carry  # noqa: E402
+import family_pipeline as fp  # noqa: E402
+import family_state as fs  # noqa: E402
+
+from .conftest import finished_stage, write_metrics_csv  # noqa: E402
+
+PLAN = ["--seeds", "0,1,2", "--rewards", "graduated", "--reward-stages", "agentic", "--steps", "3,3,3,6"]
+
+
+def state(where: Path, runs: Path, baselines: dict[str, str], weights_of: list[str] = ()) -> Path:
+    """What a call returns: family_runs.tar.gz (runs without checkpoints, baselines) and the
+    weights of ``weights_of`` (stages under ``runs``)."""
+    for name, text in baselines.items():
+        (runs.parent / "baselines").mkdir(parents=True, exist_ok=True)
+        (runs.parent / "baselines" / name).write_text(text)
+    if weights_of:
+        fs.export_weights([runs / rel for rel in weights_of], runs, where)
+    where.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(where / family_carry.BUNDLE, "w:gz") as tar:
+        tar.add(runs, arcname="runs", filter=family_carry.bundle_filter)
+        if (runs.parent / "baselines").exists():
+            tar.add(runs.parent / "baselines", arcname="baselines")
+    return where
+
+
+def journal(runs: Path, *lines: str) -> None:
+    with (runs / "pipeline.jsonl").open("a") as f:
+        f.writelines(line + "\n" for line in lines)
+
+
+def test_the_carry_takes_each_stage_from_its_latest_place_with_its_own_weights(tmp_path, capsys):
+    # The earlier carry: seed 1's warm-up (its RFT stopped midway), seed 2's warm-up, seed 0's value stage.
+    old = tmp_path / "old" / "runs"
+    for rel in ("graduated/seed0/warmup", "graduated/seed0/rft", "graduated/seed0/value",
+                "graduated/seed1/warmup", "graduated/seed2/warmup"):
+        finished_stage(old, rel, seed=len(rel))
+    write_metrics_csv(old / "graduated/seed1/rft", [{"step": 0, "rft/loss": 2.0}])
+    journal(old, '{"stage": "seed1/warmup"}', '{"stage": "seed0/value"}')
+    carry = state(tmp_path / "carry", old, {"a.json": "A"},
+                  ["graduated/seed0/value", "graduated/seed1/warmup", "graduated/seed2/warmup"])
+    # What the GPU call returned: seed 0's PPO finished; seed 2's warm-up ran again there (a
+    # newer run, its weights left on that machine).
+    gpu = tmp_path / "gpu" / "runs"
+    finished_stage(gpu, "graduated/seed0/agentic_full")
+    write_metrics_csv(gpu / "graduated/seed0/agentic_full", [{"step": -1, "val/reward_mean": 0.5}])
+    (gpu / "graduated/seed0/agentic_full/rollouts").mkdir()
+    (gpu / "graduated/seed0/agentic_full/rollouts/episodes.jsonl").write_text("{}\n")
+    finished_stage(gpu, "graduated/seed2/warmup", seed=99)
+    (gpu / "graduated/seed0/agentic_full.killed.log").write_text("stopped at the call's limit\n")
+    journal(gpu, '{"stage": "seed0/value"}', '{"stage": "seed0/agentic_full"}')
+    returned = state(tmp_path / "returned", gpu, {"b.json": "B"})
+    # The CPU machine: seed 1's RFT and value stages, and an unfinished copy of seed 0's warm-up.
+    cpu = tmp_path / "cpu"
+    for rel in ("graduated/seed1/warmup", "graduated/seed1/rft", "graduated/seed1/value"):
+        finished_stage(cpu, rel, seed=7)
+    (cpu / "graduated/seed0/warmup").mkdir(parents=True)
+    journal(cpu, '{"stage": "seed1/value"}')
+
+    dest = tmp_path / "next"
+    code = family_carry.main(["--from", str(carry), "--from", str(returned), "--add", str(cpu),
+                              "--to", str(dest), "--with", str(tmp_path / "none"), *PLAN, "--export-dtype", "float16"])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "graduated/seed0/warmup: kept finished" in err
+    assert "graduated/seed2/warmup finished, but its weights are in none" in err
+
+    # Weights: only what a stage still to run starts from (seed 0's PPO is done), from the place
+    # its files came from.
+    manifest = fs.read_manifest(dest)
+    assert {e["stage"]: e["dtype"] for e in manifest.values()} == {"graduated/seed1/value": "float16"}
+    sent = fs.carried_state(dest, "graduated__seed1__value", manifest["graduated__seed1__value"])
+    made = torch.load(cpu / "graduated/seed1/value/checkpoints/last.ckpt", weights_only=False)["state_dict"]
+    assert all(torch.equal(sent[k], v.half().float()) for k, v in made.items())
+
+    with tarfile.open(dest / family_carry.BUNDLE) as tar:
+        names = set(tar.getnames())
+        lines = tar.extractfile("runs/pipeline.jsonl").read().decode().splitlines()
+    assert not [n for n in names if n.endswith(".ckpt") or "rollouts" in n]
+    assert {"baselines/a.json", "baselines/b.json", "runs/graduated/seed0/agentic_full/metrics.csv",
+            f"runs/graduated/seed1/value/{fp.DONE}", "runs/graduated/seed2/warmup.uncarried",
+            "runs/graduated/seed0/agentic_full.killed.log"} <= names
+    # seed 0's warm-up stays the finished one; seed 1's RFT is the CPU's finished one.
+    assert f"runs/graduated/seed0/warmup/{fp.DONE}" in names
+    assert f"runs/graduated/seed1/rft/{fp.DONE}" in names and "runs/graduated/seed1/rft/metrics.csv" not in names
+    assert lines == ['{"stage": "seed1/warmup"}', '{"stage": "seed0/value"}', '{"stage": "seed0/agentic_full"}',
+                     '{"stage": "seed1/value"}']
+
+
+def test_a_carry_over_the_limit_or_from_an_unreadable_place_says_so(tmp_path, capsys, monkeypatch):
+    runs = tmp_path / "cpu"
+    finished_stage(runs, "graduated/seed0/warmup")
+    monkeypatch.setattr(family_carry, "CARRY_LIMIT", 1000)
+    assert family_carry.main(["--add", str(runs), "--to", str(tmp_path / "a"), *PLAN]) == 1
+    assert "over what a call may carry" in capsys.readouterr().err
+    assert json.loads((tmp_path / "a" / fs.MANIFEST).read_text())  # written all the same, to look at
+    assert family_carry.main(["--from", str(tmp_path), "--to", str(tmp_path / "b"), *PLAN]) == 2
+    assert capsys.readouterr().err.count("\n") == 1
+    assert family_carry.main(["--add", str(runs), "--to", str(tmp_path / "a"), *PLAN]) == 2  # not empty
