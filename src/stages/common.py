@@ -202,8 +202,8 @@ def validate_before_training(module: Any, policy: Any) -> Optional[dict[str, flo
     metrics = mean_over_ranks(heldout_metrics(module, tasks, policy), trainer.world_size)
     for logger in module.loggers:
         logger.log_metrics(metrics, step=BEFORE_TRAINING_STEP)
-        # On disk now, not at the first flush after training steps: a stage stopped before its
-        # first checkpoint keeps the judged start point (scripts/family_pipeline.py banks it).
+        # On disk now, whatever the logger's flush rule: a stage stopped before its first
+        # checkpoint keeps the judged start point (scripts/family_pipeline.py banks it).
         logger.save()
     module.print("held-out before training: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(metrics.items())
                                                           if k in ("val/reward_mean", "val/pass_rate",

@@ -52,6 +52,37 @@ def test_a_killed_run_resumes_with_its_step_count_and_optimizer_state(tiny_model
     assert refused.returncode == 2 and "already holds a run" in refused.stderr
 
 
+def test_a_run_killed_after_its_start_validation_has_it_on_disk(tiny_model_dir, sandbox_cache, tmp_path):
+    """A machine lost between the validation before training and the first checkpoint: the
+    validation's rows are already in metrics.csv before the first training step's, so
+    family_pipeline.bank_start_validation can keep them for the restart. (The stage saves its
+    loggers after logging them; Lightning's CSV logger also writes a row logged at step -1 at
+    once, as its flush rule, (step + 1) % every == 0, holds there.)"""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    import family_pipeline
+
+    run = tmp_path / "run"
+    args = [sys.executable, "train.py", *small_overrides(tiny_model_dir, run, sandbox_cache),
+            "stage=warmup", "trainer.max_steps=50", "stage.module.validate_at_start=true"]
+    env = dict(os.environ, CUDA_AGENT_CACHE=str(sandbox_cache))
+    proc = subprocess.Popen(args, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    deadline = time.monotonic() + 600
+    try:
+        while not family_pipeline.has_start_validation(run):
+            assert proc.poll() is None, "the run ended before its start validation was on disk: " + proc.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "no start validation on disk within 10 minutes"
+            time.sleep(0.05)
+        with open(run / "metrics.csv") as f:
+            rows = list(csv.DictReader(f))
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    # Written when judged, before the first training step's rows (whose logging flushes the
+    # logger too, and a machine may be lost before that step ends).
+    assert [r["step"] for r in rows] == ["-1"] and rows[0]["val/reward_mean"]
+
+
 def test_ddp_over_two_cpu_processes_shares_one_sandbox_pool(run_train, tmp_path):
     run = tmp_path / "ddp"
     out = run_train(run, "stage=warmup", "trainer=ddp", "trainer.accelerator=cpu", "trainer.devices=2",
