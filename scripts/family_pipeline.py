@@ -174,6 +174,10 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
         out.append("trainer.limit_val_batches=0")
     if stage.stage in ("rft", "value_pretrain"):
         out.append("stage.module.sample_rounds=1")
+    if stage.stage == "rft":
+        # One episode per training task may keep none (seed 1 on 2026-12-05: 0 of 24): another
+        # batch of as many, at most 3; a seed whose first batch keeps one is as without the rule.
+        out += ["stage.module.min_kept=1", "stage.module.max_sample_batches=3"]
     if stage.init:
         init = source_dir / stage.init
         out.append(f"init_from={init / 'actor_only.ckpt' if stage.init == ACTOR_ONLY else init}")
@@ -212,11 +216,15 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
         return "skipped"
     if (stage_dir / "checkpoints" / "last.ckpt").exists():
         overrides = overrides + ["ckpt_path=last"]
-    elif stage_dir.exists():  # a start killed before its first checkpoint: only its log to keep
+    elif stage_dir.exists():  # a start stopped before its first checkpoint: its log and samples to keep
         import shutil
 
         keep_log(stage_dir)
+        held = hold_finished_samples(stage_dir)
         shutil.rmtree(stage_dir)
+        stage_dir.mkdir(parents=True)
+        if held is not None:
+            os.replace(held, stage_dir / "rollouts")
     stage_dir.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "train.py", *overrides]
     started = time.monotonic()
@@ -227,6 +235,26 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     with LOG_LOCK, log.open("a") as f:
         f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "command": command}) + "\n")
     return status
+
+
+def hold_finished_samples(stage_dir: Path) -> Optional[Path]:
+    """The sampling batches that a discarded start of RFT or value pretraining finished
+    (src/stages/common.collect_trajectories: ``rollouts/sample*.rank<r>.jsonl`` beside its
+    ``.done``) were drawn from the stage's init actor, which the restart starts from again: they
+    are moved aside (returned: a directory to put back as the restart's ``rollouts``), so that the
+    restart reads them instead of sampling again, and RFT's rule for further batches
+    (``min_kept``) counts the batches already drawn rather than drawing the first one anew."""
+    finished = [f for done in sorted((stage_dir / "rollouts").glob("sample*.rank*.done"))
+                for f in (done, done.with_suffix(".jsonl")) if f.exists()]
+    if not finished:
+        return None
+    held = stage_dir.with_name(stage_dir.name + ".samples")
+    held.mkdir(exist_ok=True)
+    for f in finished:
+        os.replace(f, held / f.name)
+    print(f"family_pipeline: {stage_dir}: {sum(f.suffix == '.done' for f in finished)} finished sampling "
+          "batches kept for the restart", file=sys.stderr)
+    return held
 
 
 def keep_log(stage_dir: Path) -> None:

@@ -25,16 +25,41 @@ def rft_keep(rows: list[dict[str, Any]], min_reward: float, filters: dict[str, A
     return filter_rows(rows, FilterRules(min_reward=min_reward, **fields))
 
 
+def sample_batch_tag(batch: int) -> str:
+    """The rollouts file of the ``batch``-th sampling batch (0-based): ``sample`` for the first,
+    which the value pretraining stage reads, then ``sample2``, ``sample3``..."""
+    return "sample" if batch == 0 else f"sample{batch + 1}"
+
+
+def sample_until_kept(collect: Callable[[str], list[dict]], keep: Callable[[list[dict]], tuple[list[dict], dict]],
+                      min_kept: int, max_batches: int) -> tuple[list[dict], list[dict], dict, int]:
+    """Sample batches (``collect(tag)``: one batch's rows) until ``keep`` keeps at least
+    ``min_kept`` of all the rows so far, at most ``max_batches``: the rule is the same for every
+    run, so a run whose first batch keeps enough is what it would have been without it. Returns
+    every row, the kept ones, the filter's summary and the number of batches sampled."""
+    rows: list[dict] = []
+    for batch in range(max_batches):
+        rows += collect(sample_batch_tag(batch))
+        kept, summary = keep(rows)
+        if len(kept) >= min_kept:
+            break
+    return rows, kept, summary, batch + 1
+
+
 class RFTStage(pl.LightningModule):
     def __init__(self, actor: torch.nn.Module, critic: Optional[torch.nn.Module], agent: Any,
                  actor_optimizer: Callable, sampling: dict, trajectories: str = "", sample_rounds: int = 2,
+                 min_kept: int = 0, max_sample_batches: int = 1,
                  min_reward: float = 0.0, filters: Optional[dict] = None, max_grad_norm: float = 1.0):
         super().__init__()
+        if max_sample_batches < 1:
+            raise ValueError(f"stage.module.max_sample_batches must be at least 1, got {max_sample_batches}")
         self.automatic_optimization = False
         self.actor, self.critic, self.agent = actor, critic, agent
         freeze(self.critic)  # carried to the next stage untouched
         self.actor_optimizer, self.sampling = actor_optimizer, dict(sampling)
         self.trajectories, self.sample_rounds = trajectories, sample_rounds
+        self.min_kept, self.max_sample_batches = min_kept, max_sample_batches
         self.min_reward, self.filters, self.max_grad_norm = min_reward, dict(filters or {}), max_grad_norm
         self._policy = None
 
@@ -42,19 +67,25 @@ class RFTStage(pl.LightningModule):
         return self.actor_optimizer(self.actor.parameters())
 
     def on_fit_start(self) -> None:
-        rows = read_rows(self.trajectories) if self.trajectories else \
-            collect_trajectories(self, self.agent, self.sample_rounds)
-        kept, summary = rft_keep(rows, self.min_reward, self.filters)
+        keep = lambda rows: rft_keep(rows, self.min_reward, self.filters)  # noqa: E731
+        if self.trajectories:
+            rows = read_rows(self.trajectories)
+            (kept, summary), batches = keep(rows), 0
+        else:
+            rows, kept, summary, batches = sample_until_kept(
+                lambda tag: collect_trajectories(self, self.agent, self.sample_rounds, tag=tag), keep,
+                self.min_kept, self.max_sample_batches)
         dropped = {reason: n for reason, n in summary["excluded"].items() if n}
-        counts = {"rft/sampled": len(rows), "rft/kept": len(kept),
+        counts = {"rft/sampled": len(rows), "rft/kept": len(kept), "rft/sample_batches": batches,
                   **{f"rft/excluded_{reason}": n for reason, n in summary["excluded"].items()}}
         self.print(f"RFT: {len(kept)} of {len(rows)} trajectories kept; excluded (a row may have several "
                    f"reasons): {dropped or 'none'}")
         for logger in self.loggers:
             logger.log_metrics({k: float(v) for k, v in counts.items()}, step=int(self.global_step))
         if not kept:
-            raise ValueError(f"RFT has no trajectory to train on: {len(rows)} sampled, none with reward > "
-                             f"{self.min_reward} and no exclusion ({dropped}); sample more, or from a better actor")
+            raise ValueError(f"RFT has no trajectory to train on: {len(rows)} sampled ({batches} sampling batches), "
+                             f"none with reward > {self.min_reward} and no exclusion ({dropped}); sample more "
+                             "(stage.module.min_kept, max_sample_batches), or from a better actor")
         tok = self.actor.tokenizer
         self.trainer.datamodule.use_trajectories(kept, tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id)
 
