@@ -214,6 +214,7 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     """Run one stage (or resume or skip it); returns done, skipped, stopped or failed."""
     if (stage_dir / DONE).exists():
         return "skipped"
+    held = None
     if (stage_dir / "checkpoints" / "last.ckpt").exists():
         overrides = overrides + ["ckpt_path=last"]
     elif stage_dir.exists():  # a start stopped before its first checkpoint: its log and samples to keep
@@ -222,10 +223,9 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
         keep_log(stage_dir)
         held = hold_finished_samples(stage_dir)
         shutil.rmtree(stage_dir)
-        stage_dir.mkdir(parents=True)
-        if held is not None:
-            os.replace(held, stage_dir / "rollouts")
     stage_dir.mkdir(parents=True, exist_ok=True)
+    if held is not None:
+        os.replace(held, stage_dir / "rollouts")
     command = [sys.executable, "train.py", *overrides]
     started = time.monotonic()
     status = launch(command, stage_dir / "pipeline.log", None if deadline is None else deadline - time.monotonic())
@@ -536,7 +536,9 @@ def planned(args: argparse.Namespace) -> tuple[Path, list[int], list[str], list[
 
 def main(argv: Optional[list[str]] = None) -> int:
     args = parse_args(argv)
-    if not args.actor or not Path(args.actor, "config.json").exists():
+    if not args.actor:
+        usage_error("--actor is required: the behaviour-cloned actor the warm-up starts from")
+    if not Path(args.actor, "config.json").exists():
         usage_error(f"--actor {args.actor} is not a model directory "
                     "(python scripts/make_family_actor.py --out DIR makes one)")
     out, seeds, rewards, ablations, settings = planned(args)

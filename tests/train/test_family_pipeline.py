@@ -335,3 +335,12 @@ def test_a_restart_keeps_the_sampling_batches_its_discarded_start_finished(tmp_p
     assert (stage / "rollouts" / "sample.rank0.jsonl").read_text() == '{"episode_id": "a"}\n'
     assert not (stage.parent / "rft.samples").exists()
     assert "1 finished sampling batches kept" in capsys.readouterr().err
+
+
+def test_a_missing_or_unusable_actor_is_one_line_and_exit_2(tmp_path, capsys):
+    for argv, says in (([], "--actor is required"), (["--actor", str(tmp_path)], "is not a model directory")):
+        with pytest.raises(SystemExit) as exit_info:
+            fp.main([*argv, "--out", str(tmp_path / "runs")])
+        err = capsys.readouterr().err
+        assert exit_info.value.code == 2 and says in err and err.count("\n") == 1
+    assert not (tmp_path / "runs").exists()
