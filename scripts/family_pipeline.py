@@ -49,7 +49,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import family_state
 import plot_family
@@ -381,8 +381,9 @@ def start_validator(run: StageRun, validators: dict[Path, Path]) -> Path:
 
 
 def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[float], log: Path,
-              statuses: dict[str, str]) -> None:
-    """The chain's stages in order; a failed stage ends its chain (what follows starts from it)."""
+              statuses: dict[str, str], on_done: Optional[Callable[[], None]] = None) -> None:
+    """The chain's stages in order; a failed stage ends its chain (what follows starts from it).
+    ``on_done`` is called after each stage that finishes here (not one skipped as finished)."""
     validators = start_validators(chain)
     for run in chain:
         key = str(run.stage_dir)
@@ -395,6 +396,8 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
                                     validate_at_start=validator == run.stage_dir)
         statuses[key] = run_stage(run.stage_dir, overrides, deadline, log)
+        if statuses[key] == "done" and on_done is not None:
+            on_done()
         if validator != run.stage_dir:  # after run_stage, which may have cleared the directory
             out = run.source.parent.parent
             (run.stage_dir / START_VALIDATION).write_text(
@@ -406,10 +409,11 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
 
 def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablations: Sequence[str],
                  settings: Settings, time_budget_s: float = 0.0, jobs: int = 1,
-                 before_ppo: bool = False) -> dict[str, str]:
+                 before_ppo: bool = False, on_done: Optional[Callable[[], None]] = None) -> dict[str, str]:
     """Every stage of every (reward, seed) run; ``jobs`` independent chains at once (each its own
     train.py processes: they share the machine's sandbox gate, so timing stays exclusive). With
-    ``before_ppo``, only the stages before agentic PPO. Returns each stage directory's status."""
+    ``before_ppo``, only the stages before agentic PPO. ``on_done``: called after each stage that
+    finishes (from the chain's thread). Returns each stage directory's status."""
     from concurrent.futures import ThreadPoolExecutor
 
     deadline = time.monotonic() + time_budget_s if time_budget_s > 0 else None
@@ -419,7 +423,8 @@ def run_pipeline(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablati
     if before_ppo:
         chains = [[run for run in chain if run.stage.stage != "agentic_rl"] for chain in chains]
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        for future in [pool.submit(run_chain, c, settings, deadline, out / "pipeline.jsonl", statuses) for c in chains]:
+        for future in [pool.submit(run_chain, c, settings, deadline, out / "pipeline.jsonl", statuses, on_done)
+                       for c in chains]:
             future.result()
     return statuses
 
@@ -477,8 +482,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                    help="a folder of weights another machine exported (scripts/family_state.py): joined into the "
                         "finished stages' checkpoints under --out before the run")
     p.add_argument("--export-weights", default="",
-                   help="after the run, write the weights of the finished stages that a stage still to run starts "
-                        "from into this folder, in parts that travel (scripts/family_state.py)")
+                   help="after each stage that finishes and after the run, write the weights of the finished "
+                        "stages that a stage still to run starts from into this folder, in parts that travel "
+                        "(scripts/family_state.py)")
     p.add_argument("--export-max-mb", type=float, default=0.0,
                    help="at most this many MB of exported weights (0: no limit); the stages furthest along the "
                         "pipeline go first, the rest run again on the next machine")
@@ -505,6 +511,20 @@ def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, 
     if left:
         print(f"family_pipeline: weights of {', '.join(left)} left out (over --export-max-mb {max_bytes / 1e6:g}): "
               f"the next machine runs them again", file=sys.stderr)
+
+
+def exporter_for(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int,
+                 dtype: str) -> Callable[[], None]:
+    """``export`` into ``dest``, one at a time: called after every stage that finishes and once
+    at the end, so that a run killed from outside (a GPU call's hard limit, which the pipeline's
+    own --time-budget-s may not know) has already handed over every stage it finished. Parts of
+    stages unchanged since the last export are not written again (family_state.write_parts)."""
+    lock = threading.Lock()
+
+    def run() -> None:
+        with lock:
+            export(chains, out, dest, max_bytes, dtype)
+    return run
 
 
 def planned(args: argparse.Namespace) -> tuple[Path, list[int], list[str], list[str], Settings]:
@@ -551,12 +571,16 @@ def main(argv: Optional[list[str]] = None) -> int:
         for stage_dir in family_state.reopen_uncarried(chains, DONE, ACTOR_ONLY):
             print(f"family_pipeline: {stage_dir} finished elsewhere but its weights are not here: it runs again "
                   f"(the earlier run is kept in {stage_dir}.uncarried)", file=sys.stderr)
+        exporter = None
+        if args.export_weights:
+            exporter = exporter_for(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6),
+                                    args.export_dtype)
         try:
             statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs,
-                                    args.before_ppo)
+                                    args.before_ppo, on_done=exporter)
         finally:
-            if args.export_weights:
-                export(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6), args.export_dtype)
+            if exporter is not None:
+                exporter()
     except family_state.StateError as exc:
         print(f"family_pipeline: {exc}", file=sys.stderr)
         return 2

@@ -15,8 +15,10 @@ one-time rounding of the point the next stage starts from (relative error <= 2^-
 trains in float32 again (the PPO stages move weights by ~1e-5 a step, which half precision would
 round away if it trained in it). The import turns them back into float32; the start validation
 of the PPO stage judges the rounded actor, so its before and after compare like with like.
-A part's name says its stage (``weights.graduated__seed0__rft.pt.part00``); ``weights.json``
-lists the parts, each stage's dtype and SHA-256, checked when the parts are joined.
+A part's name says its stage and content (``weights.graduated__seed0__rft.<sha256[:12]>.pt.part00``);
+``weights.json`` lists the parts, each stage's dtype and SHA-256, checked when the parts are joined.
+Exporting into a folder again replaces its manifest in one rename and then removes the parts it no
+longer lists, so the folder is usable at every moment (the pipeline exports after each stage).
 """
 from __future__ import annotations
 
@@ -70,13 +72,41 @@ def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_byte
         if max_bytes and used + len(data) > max_bytes:
             continue
         used += len(data)
-        parts = [f"weights.{key}.pt.part{i:02d}" for i in range((len(data) + part_bytes - 1) // part_bytes)]
-        for i, name in enumerate(parts):
-            (dest / name).write_bytes(data[i * part_bytes:(i + 1) * part_bytes])
+        digest = hashlib.sha256(data).hexdigest()
+        parts = write_parts(dest, f"weights.{key}.{digest[:12]}.pt", data, part_bytes)
         manifest[key] = {"stage": stage_dir.relative_to(runs).as_posix(), "parts": parts, "bytes": len(data),
-                         "dtype": dtype, "sha256": hashlib.sha256(data).hexdigest()}
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
+                         "dtype": dtype, "sha256": digest}
+    replace_manifest(dest, manifest)
     return manifest
+
+
+def write_parts(dest: Path, stem: str, data: bytes, part_bytes: int) -> list[str]:
+    """``data`` as ``<stem>.partNN`` files of at most ``part_bytes``. The stem names the content
+    (its checksum), so a part already there is that content and is not written again: a folder
+    exported into again and again while the pipeline runs (family_pipeline.py exports after each
+    finished stage) rewrites only the stages that changed."""
+    parts = []
+    for i in range((len(data) + part_bytes - 1) // part_bytes):
+        chunk, name = data[i * part_bytes:(i + 1) * part_bytes], f"{stem}.part{i:02d}"
+        target = dest / name
+        if not (target.is_file() and target.stat().st_size == len(chunk)):
+            partial = dest / (name + ".partial")
+            partial.write_bytes(chunk)
+            os.replace(partial, target)
+        parts.append(name)
+    return parts
+
+
+def replace_manifest(dest: Path, manifest: dict) -> None:
+    """The new manifest in one rename, then the parts no longer listed removed: a process killed at
+    any moment leaves a manifest whose parts are all there (at worst beside stale ones)."""
+    partial = dest / (MANIFEST + ".partial")
+    partial.write_text(json.dumps(manifest, indent=1) + "\n")
+    os.replace(partial, dest / MANIFEST)
+    listed = {name for entry in manifest.values() for name in entry["parts"]}
+    for stale in dest.glob("weights.*.part*"):
+        if stale.name not in listed:
+            stale.unlink()
 
 
 def cast_floating(state: dict, dtype) -> dict:

@@ -344,3 +344,52 @@ def test_a_missing_or_unusable_actor_is_one_line_and_exit_2(tmp_path, capsys):
         err = capsys.readouterr().err
         assert exit_info.value.code == 2 and says in err and err.count("\n") == 1
     assert not (tmp_path / "runs").exists()
+
+
+def test_a_pipeline_killed_from_outside_has_already_exported_the_stages_it_finished(pipeline_run, family_actor,
+                                                                                      sandbox_cache, tmp_path):
+    """A GPU call's hard limit kills the pipeline without warning (2026-12-05: seed 0's warm-up
+    finished 40 s before such a kill and its weights were lost, the export being at the end).
+    Here value pretraining runs again, then PPO starts from it; the pipeline is SIGKILLed during
+    PPO, and the value stage's weights are already in the export folder, whole."""
+    import os
+    import shutil
+    import signal
+    import subprocess
+
+    import family_state
+
+    runs = tmp_path / "runs"
+    shutil.copytree(pipeline_run, runs)
+    seed = runs / "graduated" / "seed0"
+    for stage in ("value", "agentic_full"):
+        shutil.rmtree(seed / stage)
+    s = tiny_settings(family_actor, sandbox_cache)
+    sets = [a for item in s.extra for a in ("--set", item)]
+    sent = tmp_path / "sent"
+    command = [sys.executable, str(ROOT / "scripts" / "family_pipeline.py"), "--actor", s.actor, "--out", str(runs),
+               "--seeds", "0", "--steps", ",".join(map(str, s.steps)), "--val-every", str(s.val_every),
+               "--tasks-per-step", str(s.tasks_per_step), "--samples-per-task", str(s.samples_per_task),
+               "--max-tasks", str(s.max_tasks), "--val-tasks", str(s.val_tasks), "--max-turns", str(s.max_turns),
+               "--max-new-tokens", str(s.max_new_tokens), *sets, "--export-weights", str(sent)]
+    proc = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 300
+        while not (sent / family_state.MANIFEST).exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert proc.poll() is None, "the pipeline ended before PPO could be killed"
+        assert (seed / "value" / fp.DONE).exists() and not (seed / "agentic_full" / fp.DONE).exists()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    manifest = json.loads((sent / family_state.MANIFEST).read_text())
+    assert [entry["stage"] for entry in manifest.values()] == ["graduated/seed0/value"]
+    there = tmp_path / "there" / "graduated" / "seed0" / "value"
+    there.mkdir(parents=True)
+    (there / fp.DONE).write_text("{}\n")
+    assert family_state.import_weights(sent, tmp_path / "there", fp.DONE) == ["graduated/seed0/value"]
+    carried = torch.load(there / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    original = torch.load(seed / "value" / "checkpoints" / "last.ckpt", map_location="cpu",
+                          weights_only=False)["state_dict"]
+    assert carried.keys() == original.keys() and all(torch.equal(v, original[k]) for k, v in carried.items())

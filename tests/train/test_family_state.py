@@ -92,6 +92,36 @@ def test_carried_state_that_cannot_be_used_is_a_clear_error(tmp_path):
     assert json.loads((out / fs.MANIFEST).read_text())["graduated__seed0__rft"]["stage"] == "graduated/seed0/rft"
 
 
+def test_exporting_again_into_one_folder_rewrites_only_what_changed_and_drops_stale_parts(tmp_path):
+    """The pipeline exports after every finished stage into the same folder ($OUT of a GPU call):
+    a stage already there is not written again, one no longer needed is removed with its parts, and
+    what the folder holds imports at every step."""
+    runs, out = tmp_path / "runs", tmp_path / "out"
+    warmup = finished_stage(runs, "graduated/seed0/warmup")
+    first = fs.export_weights([warmup], runs, out, part_bytes=50_000)["graduated__seed0__warmup"]
+    (out / "weights.graduated__seed0__old.0123456789ab.pt.part00").write_bytes(b"left by a killed export")
+    stamps = {p: (out / p).stat().st_mtime_ns for p in first["parts"]}
+    seed1 = finished_stage(runs, "graduated/seed1/rft", seed=1)
+    both = fs.export_weights([warmup, seed1], runs, out, part_bytes=50_000)
+    assert both["graduated__seed0__warmup"] == first
+    assert {p: (out / p).stat().st_mtime_ns for p in first["parts"]} == stamps  # not written again
+    listed = {p for entry in both.values() for p in entry["parts"]}
+    assert {p.name for p in out.glob("weights.*")} == listed | {fs.MANIFEST}
+    # The warm-up's weights change (a stage run again): new parts under a new name, the old ones gone.
+    state = torch.load(warmup / "checkpoints" / "last.ckpt", weights_only=False)
+    state["state_dict"]["actor.w"] += 1
+    torch.save(state, warmup / "checkpoints" / "last.ckpt")
+    changed = fs.export_weights([warmup], runs, out, part_bytes=50_000)["graduated__seed0__warmup"]
+    assert changed["sha256"] != first["sha256"] and not set(changed["parts"]) & set(first["parts"])
+    assert {p.name for p in out.glob("weights.*")} == set(changed["parts"]) | {fs.MANIFEST}
+    there = tmp_path / "there" / "graduated/seed0/warmup"
+    there.mkdir(parents=True)
+    (there / fp.DONE).write_text("{}\n")
+    assert fs.import_weights(out, tmp_path / "there", fp.DONE) == ["graduated/seed0/warmup"]
+    carried = torch.load(there / "checkpoints" / "last.ckpt", weights_only=False)["state_dict"]
+    assert torch.equal(carried["actor.w"], state["state_dict"]["actor.w"])
+
+
 def test_the_pipeline_refuses_carried_state_it_cannot_use(tmp_path, capsys):
     actor = tmp_path / "actor"
     actor.mkdir()
