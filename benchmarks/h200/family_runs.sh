@@ -21,7 +21,9 @@
 # markers, rollouts, logs, no checkpoints, for scripts/plot_family.py; baselines/; family_logs/:
 # the pipeline's and the decoder check's logs), rewritten every minute while the pipeline runs, so
 # that a call killed at its limit still returns what it did; weights.json and weights.*.part*
-# (scripts/family_state.py), at most EXPORT_MB (default 40: one stage of the family actor and its
+# (scripts/family_state.py; written after each stage that finishes, so a call killed at the run
+# tool's limit, which can be shorter than LIMIT_S where less device time is left, still returns
+# the finished stages' weights), at most EXPORT_MB (default 40: one stage of the family actor and its
 # critic, 31.7 MB; the stages furthest along go first, the rest run again on the next machine), as
 # EXPORT_DTYPE (float32, or float16: 16.9 MB a stage, a one-time rounding of the next stage's start).
 # LIMIT_S must end inside the call's own limit: the run tool's timeout_s, or the device time
@@ -46,10 +48,11 @@ if [ ! -d outputs/family/runs ] && [ -f "$STATE/family_runs.tar.gz" ]; then
     if [ -f "$STATE/weights.json" ]; then carried=(--import-weights "$STATE"); fi
     echo "continuing from $STATE: $(ls "$CUDA_AGENT_CACHE"/baselines 2>/dev/null | wc -l) cached baselines, ${carried[*]:-no weights}"
 fi
-# The family tasks' baselines timed on an earlier host of this kind (data/family/baselines_h200.tar.gz:
-# cache entries keyed by CPU model, core count and software, so a host that differs misses them
-# and times its own); entries already in the cache are kept.
-tar xzf data/family/baselines_h200.tar.gz -C "$CUDA_AGENT_CACHE" --skip-old-files
+# The family tasks' baselines timed on earlier hosts (data/family/baselines_<host>.tar.gz: the H200
+# host's 36 tasks, the H100 host's 62, the reduced plan's with --val-tasks 0; cache entries keyed by
+# CPU model, core count and software, so a host of another kind misses them and times its own: 253 s
+# for 14 tasks on the H100 host on 2026-12-05); entries already in the cache are kept.
+for b in data/family/baselines_*.tar.gz; do tar xzf "$b" -C "$CUDA_AGENT_CACHE" --skip-old-files; done
 # The reply decoder: DECODER=hf or static, or "check" (the default): the static-cache decoder's GPU
 # test (tests/agent/test_static_decode_gpu.py, ~25 s) decides; BENCH_DECODE=1 adds
 # benchmarks/bench_decode.py's speeds of both decoders on the actor with the host's cores busy
