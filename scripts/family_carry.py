@@ -135,9 +135,11 @@ def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, argparse.
     p.add_argument("--add", action="append", default=[],
                    help="a family_pipeline.py --out made elsewhere, checkpoints in it; repeatable")
     p.add_argument("--to", required=True, help="the new carry (a directory that does not exist yet or is empty)")
-    p.add_argument("--with", dest="also", action="append", default=[".whl"],
-                   help="other paths the call carries, counted in its size (default: .whl)")
+    p.add_argument("--with", dest="also", action="append", default=None,
+                   help="other paths the call carries, counted in its size; repeatable (default: .whl)")
     args, plan = p.parse_known_args(argv)
+    # Not argparse's default=[".whl"]: "append" adds to that list, so --with .whl counted it twice.
+    args.also = list(dict.fromkeys(args.also or [".whl"]))
     if not args.states and not args.add:
         p.error("nothing to pack: give --from or --add")
     return args, plan

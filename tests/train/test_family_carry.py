@@ -109,3 +109,10 @@ def test_a_carry_over_the_limit_or_from_an_unreadable_place_says_so(tmp_path, ca
     assert family_carry.main(["--from", str(tmp_path), "--to", str(tmp_path / "b"), *PLAN]) == 2
     assert capsys.readouterr().err.count("\n") == 1
     assert family_carry.main(["--add", str(runs), "--to", str(tmp_path / "a"), *PLAN]) == 2  # not empty
+
+
+def test_with_names_what_the_call_carries_beside_the_state_each_path_once():
+    parse = lambda *extra: family_carry.parse_args(["--add", "runs", "--to", "new", *extra])[0].also  # noqa: E731
+    assert parse() == [".whl"]
+    assert parse("--with", "wheels") == ["wheels"]  # instead of the default, not beside it
+    assert parse("--with", ".whl", "--with", ".whl", "--with", "x") == [".whl", "x"]
