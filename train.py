@@ -229,12 +229,18 @@ def train(cfg: DictConfig) -> dict[str, float]:
                            device_gate=cfg.device_gate, **data)
     dm.prepare()  # a task set without tasks fails here, before anything is written
     module = build_module(cfg, actor, critic, agent)
-    if cfg.init_from:
+    if cfg.init_from and ckpt is not None and not getattr(module, "needs_init_on_resume", False):
+        # The checkpoint resumed from holds every trained weight: the starting point is not read,
+        # so a run carried to another machine mid-stage needs only its own checkpoint there.
+        log.info("resuming from %s: init_from %s not read", ckpt, cfg.init_from)
+    elif cfg.init_from:
         loaded = load_init(module, cfg.init_from, tuple(cfg.stage.init_requires), tuple(cfg.init_fresh))
         log.info("init_from %s: %s", cfg.init_from, loaded)
     elif cfg.stage.init_requires:
         log.warning("stage %s usually starts from an earlier stage's checkpoint (init_from=...); "
                     "starting from the model as configured", cfg.stage.name)
+    if hasattr(module, "freeze_reference"):
+        module.freeze_reference()  # the starting actor, before a resume's checkpoint replaces it
     trainer = build_trainer(cfg, out_dir)
     log_run_config(trainer.loggers, cfg)
     share_pool_env(out_dir)

@@ -37,7 +37,7 @@ def stage_state(folder: Path, key: str = "") -> tuple[str, dict]:
     key = key or next(iter(manifest), "")
     if key not in manifest:
         raise StateError(f"{folder}: no stage {key!r} (it has {', '.join(manifest) or 'none'})")
-    return key, carried_state(folder, key, manifest[key])
+    return key, carried_state(folder, key, manifest[key])["state_dict"]
 
 
 def policy_and_critic(actor_dir: str, state: dict, device: str) -> nn.Module:

@@ -17,6 +17,10 @@ family_runs.tar.gz: the runs' small files (no checkpoints, model files, rollouts
 pipeline's journal (every place's, in order) and the sandbox baselines timed on the GPU hosts
 (--from only: a CPU machine's baselines are keyed by its own CPU and would never be used there).
 
+A --from may be ``git:REV:PATH``: a carry committed at REV and replaced since (data/family/carry
+holds what the next call needs; the stages it does not need stay in history, since every call
+carries the tracked files: data/family/carry/README.md says which commit holds which stage).
+
 Places are read in the order given, --from before --add, oldest first: a stage in several places
 is taken from the last one, except that a finished stage (pipeline_done.json) is never replaced by
 one that is not. A stage's weights come from the place its files were taken from. Says how much
@@ -26,6 +30,7 @@ the call would carry with the tracked files and exits 1 when that is over what a
 from __future__ import annotations
 
 import argparse
+import io
 import shutil
 import subprocess
 import sys
@@ -87,6 +92,24 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
     return taken
 
 
+def state_folder(spec: str, tmp: Path) -> Path:
+    """A --from place: a folder, or ``git:REV:PATH``, that folder as commit REV of this repository
+    holds it (a carry committed earlier and replaced since: the stages a call does not need stay in
+    history, out of what every call carries), written out under ``tmp``."""
+    if not spec.startswith("git:"):
+        return Path(spec)
+    rev, _, path = spec[len("git:"):].partition(":")
+    if not rev or not path:
+        raise family_state.StateError(f"--from {spec}: give git:REV:PATH (e.g. git:HEAD~1:data/family/carry)")
+    into = Path(tempfile.mkdtemp(prefix="git.", dir=tmp))
+    archive = subprocess.run(["git", "archive", "--format=tar", rev, path], cwd=ROOT, capture_output=True)
+    if archive.returncode != 0:
+        raise family_state.StateError(f"--from {spec}: git cannot give it ({archive.stderr.decode().strip()})")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(into, **({"filter": "data"} if hasattr(tarfile, "data_filter") else {}))
+    return into / path
+
+
 def unpack(state: Path, into: Path) -> Path:
     """A returned state's bundle into ``into`` (runs/, baselines/); returns its runs directory."""
     bundle = state / BUNDLE
@@ -115,13 +138,16 @@ def write_bundle(work: Path, dest: Path) -> None:
                 tar.add(work / name, arcname=name, filter=bundle_filter)
 
 
-def tracked_bytes() -> int:
-    """The bytes of the files git tracks here (they travel with every call)."""
+def tracked_bytes(replaced: str = "") -> int:
+    """The bytes of the files git tracks here (they travel with every call), but those under
+    ``replaced`` (a tracked folder the new carry takes the place of)."""
     try:
         names = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, check=True).stdout
     except (OSError, subprocess.CalledProcessError):
         return 0
-    return sum((ROOT / n).stat().st_size for n in names.decode().split("\0") if n and (ROOT / n).is_file())
+    prefix = replaced.rstrip("/") + "/" if replaced else None
+    return sum((ROOT / n).stat().st_size for n in names.decode().split("\0")
+               if n and (ROOT / n).is_file() and not (prefix and n.startswith(prefix)))
 
 
 def dir_bytes(path: Path) -> int:
@@ -131,10 +157,14 @@ def dir_bytes(path: Path) -> int:
 def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, argparse.Namespace]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--from", dest="states", action="append", default=[],
-                   help="a returned state or an earlier carry (family_runs.tar.gz, weights.*); repeatable")
+                   help="a returned state or an earlier carry (family_runs.tar.gz, weights.*), or git:REV:PATH "
+                        "(such a folder as a commit holds it); repeatable")
     p.add_argument("--add", action="append", default=[],
                    help="a family_pipeline.py --out made elsewhere, checkpoints in it; repeatable")
     p.add_argument("--to", required=True, help="the new carry (a directory that does not exist yet or is empty)")
+    p.add_argument("--replacing", default="data/family/carry",
+                   help="the tracked folder the new carry takes the place of (its files are not counted in the "
+                        "call's size; '' counts every tracked file)")
     p.add_argument("--with", dest="also", action="append", default=None,
                    help="other paths the call carries, counted in its size; repeatable (default: .whl)")
     args, plan = p.parse_known_args(argv)
@@ -156,7 +186,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         plan = fp.parse_args([*plan_argv, "--out", str(work / "runs")])
         out, seeds, rewards, ablations, settings = fp.planned(plan)
         try:
-            unpacked = [unpack(Path(s), Path(tmp) / f"from{i}") for i, s in enumerate(args.states)]
+            states = [state_folder(s, Path(tmp)) for s in args.states]
+            unpacked = [unpack(s, Path(tmp) / f"from{i}") for i, s in enumerate(states)]
             added = [Path(a) for a in args.add]
             for runs in added:
                 if not runs.is_dir():
@@ -165,25 +196,26 @@ def main(argv: Optional[list[str]] = None) -> int:
             for runs in unpacked:
                 if (runs.parent / "baselines").is_dir():
                     shutil.copytree(runs.parent / "baselines", work / "baselines", dirs_exist_ok=True)
-            for state, runs in zip(args.states, unpacked):
-                if (Path(state) / family_state.MANIFEST).is_file():
+            for state, runs in zip(states, unpacked):
+                if (state / family_state.MANIFEST).is_file():
                     mine = {rel for rel, place in taken.items() if place == runs}
-                    family_state.import_weights(Path(state), out, fp.DONE, stages=mine)
+                    family_state.import_weights(state, out, fp.DONE, stages=mine)
             chains = fp.plan_chains(out, seeds, rewards, ablations, settings)
             for stage_dir in family_state.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY):
                 print(f"family_carry: {Path(stage_dir).relative_to(out)} finished, but its weights are in none of "
                       "the places: set aside, it runs again", file=sys.stderr)
-            fp.export(chains, out, dest, int(plan.export_max_mb * 1e6), plan.export_dtype)
+            fp.export(chains, out, dest, int(plan.export_max_mb * 1e6), plan.export_dtype, plan.export_moments)
         except family_state.StateError as exc:
             print(f"family_carry: {exc}", file=sys.stderr)
             return 2
         write_bundle(work, dest)
     carried = dir_bytes(dest)
     also = sum(dir_bytes(Path(a)) if Path(a).is_dir() else Path(a).stat().st_size for a in args.also if Path(a).exists())
-    total = carried + also + tracked_bytes()
+    total = carried + also + tracked_bytes(args.replacing)
     weights = family_state.read_manifest(dest)
     print(f"family_carry: {dest}: {len(weights)} stages' weights ({', '.join(e['stage'] for e in weights.values()) or 'none'}), "
-          f"{carried / 1e6:.1f} MB; with {', '.join(args.also)} and the tracked files {total / 1e6:.1f} MB "
+          f"{carried / 1e6:.1f} MB; with {', '.join(args.also)} and the tracked files"
+          f"{' but ' + args.replacing if args.replacing else ''} {total / 1e6:.1f} MB "
           f"of the {CARRY_LIMIT / 1e6:.1f} MB a call may carry")
     if total > CARRY_LIMIT:
         print("family_carry: over what a call may carry: fewer seeds in the plan, --export-max-mb, or --export-dtype float16",

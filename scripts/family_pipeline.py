@@ -390,8 +390,8 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
         if deadline is not None and time.monotonic() >= deadline:
             statuses[key] = "not_started"
             continue
-        if run.stage.init == ACTOR_ONLY:
-            write_actor_only(run.source / "rft")
+        if run.stage.init == ACTOR_ONLY and not (run.stage_dir / "checkpoints" / "last.ckpt").exists():
+            write_actor_only(run.source / "rft")  # not for a resume, which reads its own checkpoint
         validator = start_validator(run, validators)
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
                                     validate_at_start=validator == run.stage_dir)
@@ -480,17 +480,22 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
                         "for the PPO stages on another: --export-weights)")
     p.add_argument("--import-weights", default="",
                    help="a folder of weights another machine exported (scripts/family_state.py): joined into the "
-                        "finished stages' checkpoints under --out before the run")
+                        "finished stages' checkpoints under --out before the run, and the checkpoints of stages it "
+                        "stopped midway (they resume)")
     p.add_argument("--export-weights", default="",
-                   help="after each stage that finishes and after the run, write the weights of the finished "
-                        "stages that a stage still to run starts from into this folder, in parts that travel "
-                        "(scripts/family_state.py)")
+                   help="after each stage that finishes and after the run, write into this folder, in parts that "
+                        "travel (scripts/family_state.py), the checkpoints of stages stopped midway and the weights "
+                        "of the finished stages that a stage not yet started starts from")
     p.add_argument("--export-max-mb", type=float, default=0.0,
                    help="at most this many MB of exported weights (0: no limit); the stages furthest along the "
                         "pipeline go first, the rest run again on the next machine")
     p.add_argument("--export-dtype", choices=family_state.CARRY_DTYPES, default="float32",
                    help="what the exported weights travel as: float16 halves them (a one-time rounding of the "
                         "next stage's start; imported back as float32)")
+    p.add_argument("--export-moments", choices=family_state.CARRY_MOMENTS, default="bfloat16",
+                   help="what a stopped stage's optimizer moments travel as: bfloat16 (the family's actor and "
+                        "critic: 31.7 MB beside their weights), or drop (Adam starts them anew at the resume, as "
+                        "at a stage's first step)")
     return p.parse_args(argv)
 
 
@@ -500,21 +505,26 @@ def depth(stage_name: str) -> int:
     return 1 + max((depth(b) for b in (stage.init, stage.trajectories) if b), default=-1)
 
 
-def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, dtype: str = "float32") -> None:
-    """The weights that stages still to run start from (in ``dtype``), the stages furthest along
-    first while they fit in ``max_bytes``; says which were left out (they run again on the next
-    machine)."""
+def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, dtype: str = "float32",
+           moments: str = "bfloat16") -> None:
+    """What the stages still to run need on the next machine, while it fits in ``max_bytes``:
+    first the checkpoints of stages stopped midway (weights in ``dtype``, optimizer moments as
+    ``moments``; they resume there), then the weights that stages not yet started start from
+    (in ``dtype``), in each group the stages furthest along first. Says which were left out (the
+    next machine runs them again)."""
+    stopped = sorted(family_state.stopped_stages(chains, DONE), key=lambda d: -depth(d.name))
     needed = sorted(family_state.starts_needed(chains, DONE, ACTOR_ONLY), key=lambda d: -depth(d.name))
-    manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes, dtype=dtype)
+    manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes, dtype=dtype, resumable=stopped,
+                                           moments=moments)
     carried = {entry["stage"] for entry in manifest.values()}
-    left = [str(d.relative_to(out)) for d in needed if d.relative_to(out).as_posix() not in carried]
+    left = [str(d.relative_to(out)) for d in stopped + needed if d.relative_to(out).as_posix() not in carried]
     if left:
         print(f"family_pipeline: weights of {', '.join(left)} left out (over --export-max-mb {max_bytes / 1e6:g}): "
               f"the next machine runs them again", file=sys.stderr)
 
 
 def exporter_for(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int,
-                 dtype: str) -> Callable[[], None]:
+                 dtype: str, moments: str = "bfloat16") -> Callable[[], None]:
     """``export`` into ``dest``, one at a time: called after every stage that finishes and once
     at the end, so that a run killed from outside (a GPU call's hard limit, which the pipeline's
     own --time-budget-s may not know) has already handed over every stage it finished. Parts of
@@ -523,7 +533,7 @@ def exporter_for(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes:
 
     def run() -> None:
         with lock:
-            export(chains, out, dest, max_bytes, dtype)
+            export(chains, out, dest, max_bytes, dtype, moments)
     return run
 
 
@@ -574,7 +584,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         exporter = None
         if args.export_weights:
             exporter = exporter_for(chains, out, Path(args.export_weights), int(args.export_max_mb * 1e6),
-                                    args.export_dtype)
+                                    args.export_dtype, args.export_moments)
         try:
             statuses = run_pipeline(out, seeds, rewards, ablations, settings, args.time_budget_s, args.jobs,
                                     args.before_ppo, on_done=exporter)

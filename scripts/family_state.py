@@ -2,9 +2,12 @@
 
 Issue 17's GPU calls run on hosts that start bare each session, and what comes back from one is
 limited (a few files of at most 16 MiB). Within a machine's life a stopped stage resumes from its
-full checkpoint; across machines only finished stages travel: the small files of every run
-(metrics, rollouts, markers: benchmarks/h200/family_runs.sh tars them) and, here, the weights of
-each finished stage that a stage still to run starts from, without optimizer state, in parts.
+full checkpoint. Across machines travel the small files of every run (metrics, rollouts,
+markers: benchmarks/h200/family_runs.sh tars them) and, here, in parts: the weights of each
+finished stage that a stage not yet started starts from (without optimizer state), and the
+checkpoint of each stage stopped midway, made smaller (``compact_checkpoint``: weights in the
+carry's dtype, Adam's moments in bfloat16 or dropped), so that a PPO stage longer than one call
+resumes on the next machine instead of starting again.
 
     python scripts/family_pipeline.py ... --export-weights $OUT    # after the run, on the GPU host
     python scripts/family_pipeline.py ... --import-weights .famstate   # before it, on the next host
@@ -37,6 +40,9 @@ CHECKPOINT = Path("checkpoints") / "last.ckpt"
 
 # What the weights may travel as (export_weights' dtype).
 CARRY_DTYPES = ("float32", "float16")
+# What a stopped stage's optimizer moments travel as (export_weights' moments): bfloat16 (Adam's
+# first and second moments at 8 significant bits), or dropped (the resumed stage starts them anew).
+CARRY_MOMENTS = ("bfloat16", "drop")
 
 
 class StateError(RuntimeError):
@@ -49,25 +55,37 @@ def stage_key(stage_dir: Path, runs: Path) -> str:
 
 
 def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_bytes: int = PART_BYTES,
-                   max_bytes: int = 0, dtype: str = "float32") -> dict:
-    """Each stage's ``state_dict`` (its last.ckpt without optimizer or loop state; floating
-    tensors in ``dtype``: float32 or float16) as parts of at most ``part_bytes`` in ``dest``, and
-    the manifest; returns the manifest. With ``max_bytes``, stages are taken in the order given
-    while their weights fit in it; the rest are left out (the next machine runs them again:
-    ``reopen_uncarried``)."""
+                   max_bytes: int = 0, dtype: str = "float32", resumable: Iterable[Path] = (),
+                   moments: str = "bfloat16") -> dict:
+    """Each finished stage's ``state_dict`` (its last.ckpt without optimizer or loop state;
+    floating tensors in ``dtype``: float32 or float16) and each ``resumable`` stage's whole
+    checkpoint (a stage stopped midway: weights in ``dtype``, optimizer moments as ``moments``,
+    loops and step counters as they are: ``compact_checkpoint``) as parts of at most
+    ``part_bytes`` in ``dest``, and the manifest; returns the manifest. With ``max_bytes``,
+    stages are taken in the order given, resumable ones first, while they fit in it; the rest are
+    left out (the next machine runs a finished one again: ``reopen_uncarried``, and restarts a
+    stopped one)."""
     import torch
 
     if dtype not in CARRY_DTYPES:
         raise StateError(f"weights travel as {' or '.join(CARRY_DTYPES)}, not {dtype!r}")
+    if moments not in CARRY_MOMENTS:
+        raise StateError(f"optimizer moments travel as {' or '.join(CARRY_MOMENTS)}, not {moments!r}")
     dest.mkdir(parents=True, exist_ok=True)
     manifest, used = {}, 0
-    for stage_dir in dict.fromkeys(stage_dirs):
+    todo = [(d, True) for d in dict.fromkeys(resumable)] + [(d, False) for d in dict.fromkeys(stage_dirs)]
+    for stage_dir, resume in todo:
         ckpt = stage_dir / CHECKPOINT
         if not ckpt.is_file():
-            raise StateError(f"{stage_dir}: finished, but its checkpoint {ckpt} is missing")
-        state = torch.load(ckpt, map_location="cpu", weights_only=False)["state_dict"]
+            what = "stopped" if resume else "finished"
+            raise StateError(f"{stage_dir}: {what}, but its checkpoint {ckpt} is missing")
+        full = torch.load(ckpt, map_location="cpu", weights_only=False)
+        if resume:
+            payload = compact_checkpoint(full, dtype, moments)
+        else:
+            payload = {"state_dict": cast_floating(full["state_dict"], getattr(torch, dtype))}
         buffer = io.BytesIO()
-        torch.save({"state_dict": cast_floating(state, getattr(torch, dtype))}, buffer)
+        torch.save(payload, buffer)
         data, key = buffer.getvalue(), stage_key(stage_dir, runs)
         if max_bytes and used + len(data) > max_bytes:
             continue
@@ -76,8 +94,44 @@ def export_weights(stage_dirs: Iterable[Path], runs: Path, dest: Path, part_byte
         parts = write_parts(dest, f"weights.{key}.{digest[:12]}.pt", data, part_bytes)
         manifest[key] = {"stage": stage_dir.relative_to(runs).as_posix(), "parts": parts, "bytes": len(data),
                          "dtype": dtype, "sha256": digest}
+        if resume:
+            manifest[key].update(resume=True, moments=moments, step=int(full.get("global_step", 0)))
     replace_manifest(dest, manifest)
     return manifest
+
+
+def compact_checkpoint(ckpt: dict, dtype: str, moments: str) -> dict:
+    """A Lightning checkpoint of a stage stopped midway, smaller: the module's floating weights in
+    ``dtype``, each optimizer's floating per-parameter state (Adam's ``exp_avg``,
+    ``exp_avg_sq``) in bfloat16, or none of it with ``moments="drop"`` (Adam then starts its
+    moments and step count anew at the next update, as at a stage's first); everything else (the
+    step, loops, callbacks, the optimizers' hyper-parameters and step counters) as it is.
+    ``restored_checkpoint`` turns it back into float32. The family actor and critic
+    (8.5 M parameters): 95 MB -> 48.7 MB (float16, bfloat16 moments), 16.9 MB (dropped)."""
+    import torch
+
+    small = dict(ckpt)
+    small["state_dict"] = cast_floating(ckpt["state_dict"], getattr(torch, dtype))
+    small["optimizer_states"] = [
+        {**opt, "state": {} if moments == "drop" else
+         {p: {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and v.dim() else v
+              for k, v in per_param.items()} for p, per_param in opt["state"].items()}}
+        for opt in ckpt.get("optimizer_states", [])]
+    return small
+
+
+def restored_checkpoint(small: dict) -> dict:
+    """``compact_checkpoint``'s output as a checkpoint to resume from: floating weights and
+    optimizer state back in float32 (the rounding stays; Adam's step counters were never cast)."""
+    import torch
+
+    full = dict(small)
+    full["state_dict"] = cast_floating(small["state_dict"], torch.float32)
+    full["optimizer_states"] = [
+        {**opt, "state": {p: {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
+                              for k, v in per_param.items()} for p, per_param in opt["state"].items()}}
+        for opt in small.get("optimizer_states", [])]
+    return full
 
 
 def write_parts(dest: Path, stem: str, data: bytes, part_bytes: int) -> list[str]:
@@ -134,36 +188,49 @@ def joined_parts(src: Path, key: str, entry: dict) -> bytes:
 
 
 def carried_state(src: Path, key: str, entry: dict) -> dict:
-    """One exported stage's ``state_dict``, floating tensors back in float32."""
+    """One exported stage as a checkpoint to load, floating tensors back in float32: a finished
+    stage's ``{"state_dict": ...}``, a stopped one's whole checkpoint (``restored_checkpoint``)."""
     import torch
 
     state = torch.load(io.BytesIO(joined_parts(src, key, entry)), map_location="cpu", weights_only=False)
-    return cast_floating(state["state_dict"], torch.float32)
+    if entry.get("resume"):
+        return restored_checkpoint(state)
+    return {"state_dict": cast_floating(state["state_dict"], torch.float32)}
 
 
 def import_weights(src: Path, runs: Path, done_marker: str, stages: Optional[Collection[str]] = None) -> list[str]:
-    """Join the parts in ``src`` into ``<stage>/checkpoints/last.ckpt`` of each finished stage
-    under ``runs`` that has no checkpoint yet (of ``stages`` only, relative to ``runs``, where
-    given); returns the stages written. A stage not marked finished (``done_marker``) under
-    ``runs``, a missing part or a wrong checksum is an error."""
+    """Join the parts in ``src`` into ``<stage>/checkpoints/last.ckpt`` of each stage under
+    ``runs`` that has no checkpoint yet (of ``stages`` only, relative to ``runs``, where given);
+    returns the stages written. A finished stage's weights need it marked finished
+    (``done_marker``) under ``runs``; a stopped stage's checkpoint (``resume`` in the manifest)
+    needs its directory there (its metrics so far) and is passed over where the stage has
+    finished since. A missing part or a wrong checksum is an error."""
     written = []
     for key, entry in read_manifest(src).items():
         if stages is not None and entry["stage"] not in stages:
             continue
         stage_dir = runs / entry["stage"]
-        if not (stage_dir / done_marker).is_file():
+        done = (stage_dir / done_marker).is_file()
+        if entry.get("resume"):
+            if done:
+                continue
+            if not stage_dir.is_dir():
+                raise StateError(f"{stage_dir}: the carried checkpoint {key} belongs to a stage stopped at step "
+                                 f"{entry.get('step')}, but the stage is not here (unpack the runs' small files "
+                                 f"into {runs} first)")
+        elif not done:
             raise StateError(f"{stage_dir}: the carried weights {key} belong to a finished stage, but it is not "
                              f"marked finished here (unpack the runs' small files into {runs} first)")
         target = stage_dir / CHECKPOINT
         if target.exists():
             continue
-        if entry.get("dtype", "float32") == "float32":
+        if entry.get("dtype", "float32") == "float32" and not entry.get("resume"):
             data = joined_parts(src, key, entry)
         else:  # back to what the stages train in
             import torch
 
             buffer = io.BytesIO()
-            torch.save({"state_dict": carried_state(src, key, entry)}, buffer)
+            torch.save(carried_state(src, key, entry), buffer)
             data = buffer.getvalue()
         target.parent.mkdir(parents=True, exist_ok=True)
         partial = target.with_suffix(".partial")
@@ -175,16 +242,25 @@ def import_weights(src: Path, runs: Path, done_marker: str, stages: Optional[Col
 
 def starts_needed(chains: Sequence[Sequence], done_marker: str, actor_only: str) -> list[Path]:
     """The finished stages that a stage still to run starts from (its ``init``: only those need
-    their weights on the next machine). ``chains``: family_pipeline.plan_chains' StageRuns."""
+    their weights on the next machine). A stage stopped midway with its own checkpoint resumes
+    from that and does not read its start (train.py). ``chains``: family_pipeline.plan_chains'
+    StageRuns."""
     needed = []
     for chain in chains:
         for run in chain:
-            if (run.stage_dir / done_marker).exists() or not run.stage.init:
+            if (run.stage_dir / done_marker).exists() or not run.stage.init or (run.stage_dir / CHECKPOINT).is_file():
                 continue
             source = run.source / ("rft" if run.stage.init == actor_only else run.stage.init)
             if (source / done_marker).exists() and source not in needed:
                 needed.append(source)
     return needed
+
+
+def stopped_stages(chains: Sequence[Sequence], done_marker: str) -> list[Path]:
+    """The stages of ``chains`` stopped midway: a checkpoint, not finished (what an export carries
+    so that the next machine resumes them rather than starting them again)."""
+    return [run.stage_dir for chain in chains for run in chain
+            if (run.stage_dir / CHECKPOINT).is_file() and not (run.stage_dir / done_marker).exists()]
 
 
 def reopen_uncarried(chains: Sequence[Sequence], done_marker: str, actor_only: str) -> list[str]:

@@ -25,6 +25,21 @@ class AtomicModelCheckpoint(ModelCheckpoint):
         for logger in trainer.loggers:
             logger.after_save_checkpoint(self)
 
+    def on_validation_end(self, trainer: Any, pl_module: Any) -> None:
+        """After a validation inside training, the loggers flushed and ``last.ckpt`` written
+        again: the step's own checkpoint was written before the validation ran, so a run lost
+        while it validated resumes owing it (the stage runs it then:
+        common.validate_owed), and one lost after it resumes from this one and does not
+        validate twice. The validation's rows reach the disk first, so a checkpoint that says
+        "validated" always has them beside it."""
+        super().on_validation_end(trainer, pl_module)
+        if trainer.sanity_checking or trainer.state.fn != "fit" or trainer.global_step == 0:
+            return
+        for logger in trainer.loggers:
+            logger.save()
+        self._save_checkpoint(trainer, self.format_checkpoint_name(self._monitor_candidates(trainer),
+                                                                   self.CHECKPOINT_NAME_LAST))
+
 
 def export_actor(actor: Any, directory: str | Path) -> Path:
     """``save_pretrained`` of the actor (LoRA adapters merged into a copy) and its tokenizer, so

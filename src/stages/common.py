@@ -184,6 +184,8 @@ def validate_with_episodes(module: Any, tasks: list, policy: Any) -> None:
 
 # The step the held-out metrics of the starting actor are logged at.
 BEFORE_TRAINING_STEP = -1
+# Where a stage's checkpoint records the training step whose validation last finished.
+VALIDATED_STEP = "validated_step"
 
 
 def validate_before_training(module: Any, policy: Any) -> Optional[dict[str, float]]:
@@ -194,6 +196,44 @@ def validate_before_training(module: Any, policy: Any) -> Optional[dict[str, flo
     Each rank runs its share of the held-out tasks (padded as Lightning's distributed sampler
     pads, so every rank has some); the metrics are the mean over ranks, as at a validation step.
     Returns them, or None when validation is off (no held-out task, ``limit_val_batches=0``)."""
+    metrics = validate_outside_loop(module, policy, BEFORE_TRAINING_STEP)
+    if metrics is not None:
+        module.print("held-out before training: " + headline(metrics))
+    return metrics
+
+
+def validation_owed(trainer: Any, validated_step: Optional[int]) -> bool:
+    """Whether a resumed run starts at a validation point whose validation did not finish: its
+    checkpoint is the step's own, written before the validation, and Lightning, resuming from
+    it, goes on to the next step without validating (measured with lightning 2.6:
+    tests/train/test_resume.py). ``validated_step``: the step of the last validation
+    that finished, as the checkpoint recorded it (None: a checkpoint from before this was
+    recorded, taken as validated)."""
+    step, every = int(trainer.global_step), trainer.val_check_batch
+    if step == 0 or validated_step is None or validated_step >= step:
+        return False
+    if not trainer.limit_val_batches or every in (None, float("inf")):
+        return False
+    if not getattr(trainer.datamodule, "val_tasks", None):
+        return False
+    return step % int(every) == 0
+
+
+def validate_owed(module: Any, policy: Any) -> Optional[dict[str, float]]:
+    """The validation a resumed run's checkpoint step owes (``validation_owed``), logged where
+    Lightning logs it (step k - 1 after update k - 1, counted from 0). Returns the metrics."""
+    metrics = validate_outside_loop(module, policy, int(module.global_step) - 1)
+    if metrics is not None:
+        module.print(f"held-out at step {module.global_step} (owed by the checkpoint resumed from): "
+                     + headline(metrics))
+    return metrics
+
+
+def validate_outside_loop(module: Any, policy: Any, step: int) -> Optional[dict[str, float]]:
+    """Held-out episodes run outside Lightning's validation loop, logged as val/* at ``step`` and
+    on disk at once, whatever the logger's flush rule (a stage stopped right after keeps them:
+    scripts/family_pipeline.py banks a start validation). Each rank runs its share of the
+    held-out tasks; the metrics are the mean over ranks. None when validation is off."""
     trainer = module.trainer
     dm = trainer.datamodule
     if not dm.val_tasks or not trainer.limit_val_batches:
@@ -201,14 +241,15 @@ def validate_before_training(module: Any, policy: Any) -> Optional[dict[str, flo
     tasks = rank_share(dm.val_tasks, trainer.global_rank, trainer.world_size)
     metrics = mean_over_ranks(heldout_metrics(module, tasks, policy), trainer.world_size)
     for logger in module.loggers:
-        logger.log_metrics(metrics, step=BEFORE_TRAINING_STEP)
-        # On disk now, whatever the logger's flush rule: a stage stopped before its first
-        # checkpoint keeps the judged start point (scripts/family_pipeline.py banks it).
+        logger.log_metrics(metrics, step=step)
         logger.save()
-    module.print("held-out before training: " + ", ".join(f"{k} {v:.3f}" for k, v in sorted(metrics.items())
-                                                          if k in ("val/reward_mean", "val/pass_rate",
-                                                                   "val/faster_than_compile")))
     return metrics
+
+
+def headline(metrics: dict[str, float]) -> str:
+    """The held-out numbers a log line shows."""
+    return ", ".join(f"{k} {v:.3f}" for k, v in sorted(metrics.items())
+                     if k in ("val/reward_mean", "val/pass_rate", "val/faster_than_compile"))
 
 
 def rank_share(items: list, rank: int, world: int) -> list:

@@ -20,7 +20,8 @@ from src.rl import (explained_variance, gae_through_tools, kl_penalty, logprob_m
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
 from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to, peak_memory_gb, step_uncounted,
-                     token_share, validate_before_training, validate_with_episodes)
+                     token_share, validate_before_training, validate_owed, validate_with_episodes, validation_owed,
+                     VALIDATED_STEP)
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
@@ -46,9 +47,12 @@ class PPOStage(pl.LightningModule):
         self.ppo_epochs, self.mini_batches, self.micro_batch_size = ppo_epochs, mini_batches, micro_batch_size
         self.max_grad_norm, self.tis_cap = max_grad_norm, tis_cap
         self.validate_at_start = validate_at_start
+        # The training step whose validation last finished (saved in the checkpoint; None: unknown).
+        self._validated_step: Optional[int] = 0
         self._policy = None
         # The reference policy for the KL term lives outside the module tree: never trained,
-        # never checkpointed (it is the initial actor, rebuilt from init_from on resume).
+        # never checkpointed (it is the initial actor, rebuilt from init_from on resume:
+        # freeze_reference).
         self._reference: list[torch.nn.Module] = []
 
     # ------------------------------------------------------------------ Lightning hooks
@@ -56,15 +60,50 @@ class PPOStage(pl.LightningModule):
     def configure_optimizers(self):
         return [self.actor_optimizer(self.actor.parameters()), self.critic_optimizer(self.critic.parameters())]
 
+    @property
+    def needs_init_on_resume(self) -> bool:
+        """A resume reads init_from again only for the KL term's reference (never checkpointed)."""
+        return self.kl_coef > 0
+
+    def freeze_reference(self) -> None:
+        """The KL term's reference: a frozen copy of the actor as it is now, i.e. once train.py
+        has loaded the starting weights and before a resume's checkpoint replaces them (Lightning
+        restores a checkpoint's weights before on_fit_start, so a copy made there would be the
+        resumed actor)."""
+        if self.kl_coef > 0 and not self._reference:
+            self._reference.append(copy.deepcopy(self.actor).requires_grad_(False).eval())
+
     def on_fit_start(self) -> None:
         if self.kl_coef > 0 and not self._reference:
-            ref = copy.deepcopy(self.actor).requires_grad_(False).eval()
-            self._reference.append(ref.to(self.device))
+            if self.trainer.ckpt_path:
+                raise RuntimeError("PPO with a KL term resumed without its reference: call freeze_reference() "
+                                   "after loading the starting weights, before Trainer.fit (train.py does)")
+            self.freeze_reference()
+        for ref in self._reference:
+            ref.to(self.device)
 
     def on_train_start(self) -> None:
         # Before the first update only: a resumed run has its start point already.
         if self.validate_at_start and self.global_step == 0:
             validate_before_training(self, self.policy())
+        else:
+            self.validate_if_owed()
+
+    def validate_if_owed(self) -> None:
+        """A resumed run's owed validation (common.validation_owed), once."""
+        if validation_owed(self.trainer, self._validated_step):
+            validate_owed(self, self.policy())
+            self._validated_step = int(self.global_step)
+
+    def on_validation_epoch_end(self) -> None:
+        if self.trainer.state.fn == "fit" and not self.trainer.sanity_checking:
+            self._validated_step = int(self.global_step)
+
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        checkpoint[VALIDATED_STEP] = self._validated_step
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self._validated_step = checkpoint.get(VALIDATED_STEP)
 
     def policy(self):
         if self._policy is None:
@@ -74,6 +113,9 @@ class PPOStage(pl.LightningModule):
         return self._policy
 
     def on_fit_end(self) -> None:
+        # A run resumed at its last step never starts training (Lightning skips a finished
+        # loop, on_train_start included), so the validation that step owes runs here.
+        self.validate_if_owed()
         if self._policy is not None:
             self._policy.close()
             self._policy = None

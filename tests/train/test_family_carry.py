@@ -81,7 +81,7 @@ def test_the_carry_takes_each_stage_from_its_latest_place_with_its_own_weights(t
     # its files came from.
     manifest = fs.read_manifest(dest)
     assert {e["stage"]: e["dtype"] for e in manifest.values()} == {"graduated/seed1/value": "float16"}
-    sent = fs.carried_state(dest, "graduated__seed1__value", manifest["graduated__seed1__value"])
+    sent = fs.carried_state(dest, "graduated__seed1__value", manifest["graduated__seed1__value"])["state_dict"]
     made = torch.load(cpu / "graduated/seed1/value/checkpoints/last.ckpt", weights_only=False)["state_dict"]
     assert all(torch.equal(sent[k], v.half().float()) for k, v in made.items())
 
@@ -116,3 +116,48 @@ def test_with_names_what_the_call_carries_beside_the_state_each_path_once():
     assert parse() == [".whl"]
     assert parse("--with", "wheels") == ["wheels"]  # instead of the default, not beside it
     assert parse("--with", ".whl", "--with", ".whl", "--with", "x") == [".whl", "x"]
+
+
+def test_a_carry_committed_and_replaced_since_is_read_from_history_with_a_stopped_stage(tmp_path, capsys,
+                                                                                        monkeypatch):
+    """data/family/carry holds what the next call needs; what it no longer holds stays in history.
+    Seed 1's value stage was committed, then the folder was replaced by seed 0's PPO stopped
+    midway (its checkpoint, carried to resume); the next carry takes both, each from its commit."""
+    import subprocess
+
+    from .test_family_state import stopped_stage
+
+    repo = tmp_path / "repo"
+    git = lambda *a: subprocess.run(["git", "-C", str(repo), *a], check=True, capture_output=True)  # noqa: E731
+    repo.mkdir()
+    git("init", "-q")
+    git("config", "user.email", "t@t")
+    git("config", "user.name", "t")
+    old = tmp_path / "old" / "runs"
+    for rel in ("graduated/seed1/warmup", "graduated/seed1/rft", "graduated/seed1/value"):
+        finished_stage(old, rel, seed=3)
+    state(repo / "carry", old, {}, ["graduated/seed1/value"])
+    git("add", "carry")
+    git("commit", "-q", "-m", "seed 1's value stage")
+    new = tmp_path / "new" / "runs"
+    for rel in ("graduated/seed0/warmup", "graduated/seed0/rft", "graduated/seed0/value"):
+        finished_stage(new, rel, seed=4)
+    stopped_stage(new, "graduated/seed0/agentic_full")
+    for f in (repo / "carry").iterdir():
+        f.unlink()
+    fs.export_weights([], new, repo / "carry", dtype="float16", resumable=[new / "graduated/seed0/agentic_full"])
+    state(repo / "carry", new, {})
+    git("add", "-A", "carry")
+    git("commit", "-q", "-m", "seed 0's PPO, stopped")
+    monkeypatch.setattr(family_carry, "ROOT", repo)
+
+    dest = tmp_path / "next"
+    code = family_carry.main(["--from", "git:HEAD~1:carry", "--from", "git:HEAD:carry", "--to", str(dest),
+                              "--replacing", "carry", *PLAN, "--seeds", "0,1", "--export-dtype", "float16"])
+    assert code == 0, capsys.readouterr().err
+    manifest = fs.read_manifest(dest)
+    assert {e["stage"]: bool(e.get("resume")) for e in manifest.values()} == \
+        {"graduated/seed0/agentic_full": True, "graduated/seed1/value": False}
+    assert "with .whl and the tracked files but carry" in capsys.readouterr().out
+    assert family_carry.main(["--from", "git:HEAD~5:carry", "--to", str(tmp_path / "x"), *PLAN]) == 2
+    assert "git cannot give it" in capsys.readouterr().err

@@ -393,3 +393,47 @@ def test_a_pipeline_killed_from_outside_has_already_exported_the_stages_it_finis
     original = torch.load(seed / "value" / "checkpoints" / "last.ckpt", map_location="cpu",
                           weights_only=False)["state_dict"]
     assert carried.keys() == original.keys() and all(torch.equal(v, original[k]) for k, v in carried.items())
+
+
+def test_a_ppo_stage_stopped_midway_resumes_on_another_machine_from_its_carried_checkpoint(
+        pipeline_run, family_actor, sandbox_cache, tmp_path):
+    """A PPO stage is longer than one GPU call: stopped after 2 of 3 steps, its checkpoint travels
+    (float16 weights, bfloat16 Adam moments) to a machine that has only the runs' small files,
+    and the stage goes on from step 2 there, with Adam's state, without the value stage's weights
+    (it does not start again) and without repeating the validation it had finished."""
+    import csv
+    import dataclasses
+    import shutil
+
+    import family_state
+
+    runs = tmp_path / "runs"
+    shutil.copytree(pipeline_run, runs)
+    ppo = runs / "graduated" / "seed0" / "agentic_full"
+    (ppo / fp.DONE).unlink()  # 2 steps of 3 done: stopped
+    settings = dataclasses.replace(tiny_settings(family_actor, sandbox_cache), steps=(1, 1, 1, 3))
+    chains = fp.plan_chains(runs, [0], ["graduated"], ["full"], settings)
+    sent = tmp_path / "sent"
+    fp.export(chains, runs, sent, max_bytes=0, dtype="float16", moments="bfloat16")
+    manifest = family_state.read_manifest(sent)
+    assert [(e["stage"], e.get("resume"), e.get("step")) for e in manifest.values()] == \
+        [("graduated/seed0/agentic_full", True, 2)]
+    there = tmp_path / "there"
+    shutil.copytree(runs, there, ignore=shutil.ignore_patterns("*.ckpt", "rollouts", "actor"))
+    assert family_state.import_weights(sent, there, fp.DONE) == ["graduated/seed0/agentic_full"]
+    statuses = fp.run_pipeline(there, [0], ["graduated"], ["full"], settings)
+    stage = there / "graduated" / "seed0" / "agentic_full"
+    assert statuses == {str(there / "graduated/seed0" / s): "skipped" for s in ("warmup", "rft", "value")} | \
+        {str(stage): "done"}, (stage / "pipeline.log").read_text()[-3000:]
+    final = torch.load(stage / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert final["global_step"] == 3
+    assert {int(v["step"]) for v in final["optimizer_states"][0]["state"].values()} == {3}  # Adam went on
+    carried = torch.load(ppo / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    assert any(not torch.equal(final["state_dict"][k], v.half().float()) for k, v in carried.items()
+               if k.startswith("actor."))  # the third step trained
+    with open(stage / "metrics.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted({int(r["step"]) for r in rows if r.get("rollout/reward_mean")}) == [0, 1, 2]
+    # Validated before PPO and after each step (--val-every 1), each once.
+    assert sorted(int(r["step"]) for r in rows if r.get("val/reward_mean")) == [-1, 0, 1, 2]
+    assert "init_from" in (log := (stage / "pipeline.log").read_text()) and "not read" in log

@@ -216,3 +216,95 @@ def test_the_half_precision_carry_is_measured_on_real_models_and_trajectories(ti
                      "--trajectories", str(tmp_path / "t.jsonl")]) == 2
     assert bcd.main(["--weights", str(tmp_path / "sent"), "--actor", str(tiny_model_dir),
                      "--trajectories", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def stopped_stage(runs: Path, rel: str, step: int = 2) -> tuple[Path, dict]:
+    """A stage stopped midway as train.py leaves it: a Lightning checkpoint with Adam's state (a
+    step counter and two moments per parameter), loops and callbacks; no done marker."""
+    stage = runs / rel
+    (stage / "checkpoints").mkdir(parents=True)
+    torch.manual_seed(step)
+    adam = lambda n: {"step": torch.tensor(float(step)), "exp_avg": torch.randn(n) * 1e-3,  # noqa: E731
+                      "exp_avg_sq": torch.rand(n) * 1e-6}
+    ckpt = {"state_dict": {"actor.w": torch.randn(300, 100), "critic.v": torch.randn(100),
+                           "actor.steps": torch.tensor([7, 9])},
+            "optimizer_states": [{"state": {0: adam(30_000)}, "param_groups": [{"lr": 5e-5, "params": [0]}]},
+                                 {"state": {0: adam(100)}, "param_groups": [{"lr": 1e-4, "params": [0]}]}],
+            "global_step": step, "loops": {"fit_loop": {"epoch_loop.batch_progress": {"ready": step}}},
+            "callbacks": {"AtomicModelCheckpoint": {"last_model_path": "/elsewhere/last.ckpt"}},
+            "validated_step": step}
+    torch.save(ckpt, stage / "checkpoints" / "last.ckpt")
+    return stage, ckpt
+
+
+def test_a_stopped_stage_travels_smaller_and_returns_as_a_float32_checkpoint_to_resume(tmp_path):
+    runs, there = tmp_path / "runs", tmp_path / "there"
+    stage, original = stopped_stage(runs, "graduated/seed0/agentic_full")
+    whole = (stage / "checkpoints" / "last.ckpt").stat().st_size
+    small = fs.export_weights([], runs, tmp_path / "small", dtype="float16",
+                              resumable=[stage])["graduated__seed0__agentic_full"]
+    dropped = fs.export_weights([], runs, tmp_path / "dropped", dtype="float16", resumable=[stage],
+                                moments="drop")["graduated__seed0__agentic_full"]
+    assert (small["resume"], small["moments"], small["step"], dropped["moments"]) == (True, "bfloat16", 2, "drop")
+    # 12 bytes a parameter (weight, two moments in float32) -> 6 (2 + 2 + 2) -> 2.
+    assert 0.45 < small["bytes"] / whole < 0.55 and 0.12 < dropped["bytes"] / whole < 0.2
+    (there / "graduated/seed0/agentic_full").mkdir(parents=True)  # its small files, no checkpoint
+    assert fs.import_weights(tmp_path / "small", there, fp.DONE) == ["graduated/seed0/agentic_full"]
+    back = torch.load(there / "graduated/seed0/agentic_full/checkpoints/last.ckpt", weights_only=False)
+    for key in ("actor.w", "critic.v"):
+        assert back["state_dict"][key].dtype == torch.float32
+        assert torch.equal(back["state_dict"][key], original["state_dict"][key].half().float())
+    assert torch.equal(back["state_dict"]["actor.steps"], original["state_dict"]["actor.steps"])
+    for opt, orig in zip(back["optimizer_states"], original["optimizer_states"]):
+        assert opt["param_groups"] == orig["param_groups"]
+        for name in ("exp_avg", "exp_avg_sq"):
+            got, want = opt["state"][0][name], orig["state"][0][name]
+            assert got.dtype == torch.float32 and torch.equal(got, want.bfloat16().float())
+            assert torch.allclose(got, want, rtol=2 ** -8, atol=0) and not torch.equal(got, want)
+        assert opt["state"][0]["step"].dtype == torch.float32 and float(opt["state"][0]["step"]) == 2.0
+    assert {k: back[k] for k in ("global_step", "loops", "callbacks", "validated_step")} == \
+        {k: original[k] for k in ("global_step", "loops", "callbacks", "validated_step")}
+    # Dropped moments: Adam's state empty (it starts anew), its hyper-parameters kept.
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / "graduated/seed0/agentic_full").mkdir(parents=True)
+    fs.import_weights(tmp_path / "dropped", elsewhere, fp.DONE)
+    fresh = torch.load(elsewhere / "graduated/seed0/agentic_full/checkpoints/last.ckpt", weights_only=False)
+    assert [o["state"] for o in fresh["optimizer_states"]] == [{}, {}]
+    groups = lambda ckpt: [o["param_groups"] for o in ckpt["optimizer_states"]]  # noqa: E731
+    assert groups(fresh) == groups(original)
+    with pytest.raises(fs.StateError, match="bfloat16 or drop"):
+        fs.export_weights([], runs, tmp_path / "x", resumable=[stage], moments="float16")
+
+
+def test_a_stopped_stages_checkpoint_needs_its_directory_and_is_passed_over_where_it_finished(tmp_path):
+    runs = tmp_path / "runs"
+    stage, _ = stopped_stage(runs, "graduated/seed0/agentic_full")
+    fs.export_weights([], runs, tmp_path / "sent", dtype="float16", resumable=[stage])
+    with pytest.raises(fs.StateError, match="stopped at step 2, but the stage is not here"):
+        fs.import_weights(tmp_path / "sent", tmp_path / "bare", fp.DONE)
+    done = tmp_path / "done" / "graduated/seed0/agentic_full"
+    done.mkdir(parents=True)
+    (done / fp.DONE).write_text("{}\n")
+    assert fs.import_weights(tmp_path / "sent", tmp_path / "done", fp.DONE) == []
+    assert not (done / "checkpoints").exists()
+
+
+def test_a_stopped_stage_travels_first_and_no_longer_needs_its_start(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    chains = fp.plan_chains(runs, [0], ["graduated"], ["full"], fp.Settings(actor="a"))
+    for rel in ("warmup", "rft", "value"):
+        finished_stage(runs, f"graduated/seed0/{rel}")
+    value = runs / "graduated/seed0/value"
+    assert fs.starts_needed(chains, fp.DONE, fp.ACTOR_ONLY) == [value]
+    ppo, _ = stopped_stage(runs, "graduated/seed0/agentic_full")
+    # PPO resumes from its own checkpoint: the value stage's weights are not read again.
+    assert fs.stopped_stages(chains, fp.DONE) == [ppo]
+    assert fs.starts_needed(chains, fp.DONE, fp.ACTOR_ONLY) == []
+    # With another seed's PPO still to start, a budget for one stage keeps the stopped one.
+    chains = fp.plan_chains(runs, [0, 1], ["graduated"], ["full"], fp.Settings(actor="a"))
+    for rel in ("warmup", "rft", "value"):
+        finished_stage(runs, f"graduated/seed1/{rel}", seed=1)
+    sent = tmp_path / "sent"
+    fp.export(chains, runs, sent, max_bytes=200_000, dtype="float16")
+    assert [e["stage"] for e in fs.read_manifest(sent).values()] == ["graduated/seed0/agentic_full"]
+    assert "graduated/seed1/value left out" in capsys.readouterr().err

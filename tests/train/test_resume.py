@@ -1,0 +1,78 @@
+"""A resumed stage validates exactly the steps an uninterrupted one does: the validation a lost
+run owed (its checkpoint is the step's own, written before the validation ran) runs at the
+resume, and one that had finished (the checkpoint written again after it) does not run twice."""
+from __future__ import annotations
+
+import csv
+
+import torch
+
+
+def rows_by_step(run, column):
+    with open(run / "metrics.csv") as f:
+        return sorted(int(r["step"]) for r in csv.DictReader(f) if r.get(column))
+
+
+def test_a_resume_at_a_validation_step_runs_the_validation_it_owes(run_train, tmp_path):
+    run = tmp_path / "run"
+    # The state of a run lost while validating after its last step: checkpoint written, no validation.
+    first = run_train(run, "stage=warmup", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                      "trainer.limit_val_batches=0")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert rows_by_step(run, "val/reward_mean") == []
+    again = run_train(run, "stage=warmup", "trainer.max_steps=2", "trainer.val_check_interval=2", "ckpt_path=last")
+    assert again.returncode == 0, again.stderr[-3000:]
+    # Logged where Lightning logs the validation after the second update.
+    assert rows_by_step(run, "val/reward_mean") == [1]
+    assert "owed by the checkpoint resumed from" in again.stderr + again.stdout
+
+
+def test_a_resume_after_a_finished_validation_does_not_repeat_it(run_train, tmp_path):
+    run = tmp_path / "run"
+    first = run_train(run, "stage=warmup", "trainer.max_steps=2", "trainer.val_check_interval=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert rows_by_step(run, "val/reward_mean") == [0, 1]
+    last = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert last["global_step"] == 2 and last["validated_step"] == 2  # written again after the validation
+    again = run_train(run, "stage=warmup", "trainer.max_steps=3", "trainer.val_check_interval=1", "ckpt_path=last")
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert rows_by_step(run, "val/reward_mean") == [0, 1, 2]
+    assert rows_by_step(run, "rollout/reward_mean") == [0, 1, 2]
+    final = torch.load(run / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)
+    assert final["global_step"] == 3
+    assert {int(v["step"]) for v in final["optimizer_states"][0]["state"].values()} == {3}
+
+
+def test_a_resumed_ppo_stage_keeps_its_starting_actor_as_the_kl_reference(run_train, tmp_path):
+    """The KL term's reference is the actor the stage started from. Lightning restores a resumed
+    run's weights before on_fit_start, so a reference copied there was the resumed actor: the
+    first update after a resume then measured KL 0 (one mini-batch: the actor had not moved from
+    it yet). train.py freezes it before the checkpoint is restored."""
+    run = tmp_path / "run"
+    common = ("stage=warmup", "stage.module.kl_coef=0.5", "actor_optimizer.lr=1e-2")
+    first = run_train(run, *common, "trainer.max_steps=1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_train(run, *common, "trainer.max_steps=2", "ckpt_path=last")
+    assert again.returncode == 0, again.stderr[-3000:]
+    with open(run / "metrics.csv") as f:
+        kl = {int(r["step"]): float(r["actor/kl"]) for r in csv.DictReader(f) if r.get("actor/kl")}
+    assert abs(kl[0]) < 1e-7  # the first update: the actor is its own reference
+    assert kl[1] > 1e-6  # after the resume: measured against the starting actor, which step 0 moved away from
+
+
+def test_validation_is_owed_only_at_a_validation_step_not_yet_validated():
+    from types import SimpleNamespace
+
+    from src.stages.common import validation_owed
+
+    def trainer(step, every=3, limit=1.0, val_tasks=("t",)):
+        return SimpleNamespace(global_step=step, val_check_batch=every, limit_val_batches=limit,
+                               datamodule=SimpleNamespace(val_tasks=list(val_tasks)))
+
+    assert validation_owed(trainer(3), 0) and validation_owed(trainer(6), 3)
+    assert not validation_owed(trainer(3), 3)  # it finished: the checkpoint was written again after it
+    assert not validation_owed(trainer(4), 3)  # not a validation step
+    assert not validation_owed(trainer(0), 0)  # nothing trained yet (the start validation is its own rule)
+    assert not validation_owed(trainer(3), None)  # a checkpoint from before this was recorded
+    assert not validation_owed(trainer(3, limit=0), 0) and not validation_owed(trainer(3, val_tasks=()), 0)
+    assert not validation_owed(trainer(3, every=float("inf")), 0)
