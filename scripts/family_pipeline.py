@@ -390,7 +390,7 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
         if deadline is not None and time.monotonic() >= deadline:
             statuses[key] = "not_started"
             continue
-        if run.stage.init == ACTOR_ONLY and not (run.stage_dir / "checkpoints" / "last.ckpt").exists():
+        if run.stage.init == ACTOR_ONLY and not (run.stage_dir / family_state.CHECKPOINT).exists():
             write_actor_only(run.source / "rft")  # not for a resume, which reads its own checkpoint
         validator = start_validator(run, validators)
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,

@@ -112,12 +112,22 @@ def compact_checkpoint(ckpt: dict, dtype: str, moments: str) -> dict:
 
     small = dict(ckpt)
     small["state_dict"] = cast_floating(ckpt["state_dict"], getattr(torch, dtype))
-    small["optimizer_states"] = [
-        {**opt, "state": {} if moments == "drop" else
-         {p: {k: v.to(torch.bfloat16) if torch.is_tensor(v) and v.is_floating_point() and v.dim() else v
-              for k, v in per_param.items()} for p, per_param in opt["state"].items()}}
-        for opt in ckpt.get("optimizer_states", [])]
+    small["optimizer_states"] = cast_moments(ckpt.get("optimizer_states", []),
+                                             None if moments == "drop" else torch.bfloat16)
     return small
+
+
+def cast_moments(optimizer_states: list, dtype) -> list:
+    """Optimizer state dicts with each parameter's floating tensors in ``dtype`` (Adam's scalar
+    step counter kept as it is), or with no per-parameter state at all when ``dtype`` is None;
+    hyper-parameters and groups untouched."""
+    import torch
+
+    def cast(per_param: dict) -> dict:
+        return {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() and v.dim() else v
+                for k, v in per_param.items()}
+    return [{**opt, "state": {} if dtype is None else {p: cast(per_param) for p, per_param in opt["state"].items()}}
+            for opt in optimizer_states]
 
 
 def restored_checkpoint(small: dict) -> dict:
@@ -127,10 +137,7 @@ def restored_checkpoint(small: dict) -> dict:
 
     full = dict(small)
     full["state_dict"] = cast_floating(small["state_dict"], torch.float32)
-    full["optimizer_states"] = [
-        {**opt, "state": {p: {k: v.float() if torch.is_tensor(v) and v.is_floating_point() else v
-                              for k, v in per_param.items()} for p, per_param in opt["state"].items()}}
-        for opt in small.get("optimizer_states", [])]
+    full["optimizer_states"] = cast_moments(small.get("optimizer_states", []), torch.float32)
     return full
 
 
