@@ -233,8 +233,29 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     if status == "done":
         (stage_dir / DONE).write_text(json.dumps({"seconds": seconds, "command": command}) + "\n")
     with LOG_LOCK, log.open("a") as f:
-        f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "command": command}) + "\n")
+        f.write(json.dumps({"stage": str(stage_dir), "status": status, "seconds": seconds, "host": host_name(),
+                            "command": command}) + "\n")
     return status
+
+
+_HOST: list[str] = []
+
+
+def host_name() -> str:
+    """The machine a stage ran on, as the sandbox's baseline cache names it (CPU model and core
+    count; the GPU's name where one is visible): the family's CPU sandbox judges with the host's
+    timing, so a PPO stage's points before and after must come from one kind of host, and the
+    journal says which ran each part (plot_family.judging_hosts)."""
+    if not _HOST:
+        import torch
+
+        from sandbox.worker_common import device_name
+
+        parts = [device_name(torch.device("cpu"))]
+        if torch.cuda.is_available():
+            parts.append("gpu:" + torch.cuda.get_device_name(0))
+        _HOST.append(", ".join(parts))
+    return _HOST[0]
 
 
 def hold_finished_samples(stage_dir: Path) -> Optional[Path]:

@@ -133,6 +133,26 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     return {k: last(start, k) for k in keys}
 
 
+def judging_hosts(stage: Path) -> list[str]:
+    """The hosts that ran ``stage`` (<runs>/<reward>/seed<k>/<stage>), in the order of the
+    pipeline's journal (<runs>/pipeline.jsonl, whose lines name the host since 2026-12-06): a PPO
+    stage carried over calls may have been judged before and after on different kinds of host,
+    whose CPU timing (the family's sandbox) differs. Empty where the journal does not say."""
+    journal = stage.parent.parent.parent / "pipeline.jsonl"
+    if not journal.is_file():
+        return []
+    tail = "/" + "/".join(stage.parts[-3:])
+    hosts: dict[str, None] = {}
+    for line in journal.read_text().splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if ("/" + str(entry.get("stage", "")).replace("\\", "/")).endswith(tail) and entry.get("host"):
+            hosts[entry["host"]] = None
+    return list(hosts)
+
+
 def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     """Per condition: final held-out metrics after the start stage and after PPO, per seed and
     aggregated; the final training-rollout metrics too."""
@@ -142,7 +162,8 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
         for seed, run in sorted(seeds.items()):
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
-                              "before_ppo": before_ppo(run, ablation, ppo)}
+                              "before_ppo": before_ppo(run, ablation, ppo),
+                              "hosts": judging_hosts(run / f"agentic_{ablation}")}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
             keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}
@@ -249,6 +270,9 @@ def markdown(summary: dict) -> str:
             per_seed = ", ".join(f"{d:+.3f}" for _, d in sorted(change["per_seed"].items())) if change else "-"
             verdict = {None: "-", True: "yes", False: "no"}[change and change["above_beyond_spread"]]
             lines.append(f"| {name} | {title} | {len(s['seeds'])} | {cells[0]} | {cells[1]} | {per_seed} | {verdict} |")
+    lines += ["", "Hosts that ran each PPO stage (from pipeline.jsonl; the CPU sandbox times on the host):"]
+    lines += [f"- {name} seed {seed}: {'; then '.join(d.get('hosts') or ['not recorded'])}"
+              for name, s in summary.items() for seed, d in sorted(s["seeds"].items())]
     return "\n".join(lines) + "\n"
 
 

@@ -6,6 +6,7 @@ skips every finished stage, and the plots (scripts/plot_family.py)."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -165,6 +166,10 @@ def test_a_start_killed_before_its_first_checkpoint_restarts_and_its_log_is_kept
     assert status == "failed" and not (stage / "metrics.csv").exists()
     assert "410 s" in (stage.parent / "warmup.killed.log").read_text()
     assert "410 s" not in (stage / "pipeline.log").read_text()  # the new start's own log
+    entry = json.loads((tmp_path / "pipeline.jsonl").read_text())
+    # The journal names the machine (the sandbox's name for its CPU; no GPU visible here).
+    assert entry["status"] == "failed" and entry["host"].startswith("cpu:")
+    assert entry["host"].split(", gpu:")[0].endswith(f" x{os.cpu_count()}")
 
 
 def test_each_ablation_needs_its_stages_once_in_order():

@@ -109,3 +109,22 @@ def test_a_start_validation_kept_from_an_earlier_start_is_followed_through_point
     summary = plot_family.summarise(plot_family.find_runs(runs))
     assert summary["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.25}
     assert summary["binary/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.75}
+
+
+def test_the_hosts_that_ran_a_stage_come_from_the_journal_in_order(tmp_path):
+    runs = tmp_path / "runs"
+    ppo_run(runs, 0, 0.0, 0.5)
+    ppo_run(runs, 1, 0.0, 0.5)
+    lines = [{"stage": "/dev/a/runs/graduated/seed0/agentic_full", "status": "stopped", "host": "cpu:X x16, gpu:H200"},
+             {"stage": "/dev/a/runs/graduated/seed0/value", "status": "done", "host": "cpu:Y x2"},
+             {"stage": "/dev/b/runs/graduated/seed0/agentic_full", "status": "stopped", "host": "cpu:Z x16, gpu:H100"},
+             {"stage": "/dev/c/runs/graduated/seed0/agentic_full", "status": "done", "host": "cpu:X x16, gpu:H200"},
+             {"stage": "/dev/c/runs/graduated/seed10/agentic_full", "status": "done", "host": "cpu:W x1"},
+             {"stage": "/dev/a/runs/graduated/seed1/agentic_full", "status": "done"}]  # before hosts were recorded
+    (runs / "pipeline.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    assert summary["graduated/full"]["seeds"][0]["hosts"] == ["cpu:X x16, gpu:H200", "cpu:Z x16, gpu:H100"]
+    assert summary["graduated/full"]["seeds"][1]["hosts"] == []
+    table = plot_family.markdown(summary)
+    assert "- graduated/full seed 0: cpu:X x16, gpu:H200; then cpu:Z x16, gpu:H100" in table
+    assert "- graduated/full seed 1: not recorded" in table
