@@ -33,9 +33,9 @@ one; the model trains on --trainer's device):
     python scripts/plot_family.py --runs outputs/family/runs --out docs/figures
 
 Layout: <out>/<reward>/seed<k>/{warmup, rft, rft_actor_only, value, value_no_rft,
-agentic_full, agentic_no_rft, agentic_no_value}/ (each a train.py output_dir: metrics.csv,
-checkpoints/, rollouts/), and <out>/pipeline.jsonl (one line per stage run: command, status,
-seconds).
+agentic_full, agentic_no_rft, agentic_no_value; with --judge-starts, judge_rft, judge_warmup}/
+(each a train.py output_dir: metrics.csv, checkpoints/, rollouts/), and <out>/pipeline.jsonl (one
+line per stage run: command, status, seconds, the host it ran on).
 """
 from __future__ import annotations
 
@@ -74,6 +74,9 @@ class Stage:
     init: str = ""
     # value stages: the stage directory whose sampled trajectories are fitted ("": sample).
     trajectories: str = ""
+    # Judges its start actor on the held-out tasks and stops (stage.module.judge_only): the
+    # before point of PPO stages whose after point another kind of host judged.
+    judge: bool = False
 
 
 # Every stage any ablation needs; an ablation needs its agentic stage and what that starts from.
@@ -85,6 +88,8 @@ STAGES = {s.name: s for s in (
     Stage("agentic_full", "agentic_rl", init="value"),
     Stage("agentic_no_rft", "agentic_rl", init="value_no_rft"),
     Stage("agentic_no_value", "agentic_rl", init="rft_actor_only"),
+    Stage(plot_family.JUDGE["full"], "agentic_rl", init="value", judge=True),
+    Stage(plot_family.JUDGE["no_rft"], "agentic_rl", init="value_no_rft", judge=True),
 )}
 # The reward of the stages before agentic PPO when they are shared (--reward-stages agentic).
 SHARED_REWARD = "graduated"
@@ -97,8 +102,9 @@ START_VALIDATION = "start_validation.json"
 BANKED_START = ".start"
 
 
-def stages_for(ablations: Sequence[str]) -> list[Stage]:
-    """The stages the ablations need, each once, every stage after the ones it starts from."""
+def stages_for(ablations: Sequence[str], judge_starts: bool = False) -> list[Stage]:
+    """The stages the ablations need, each once, every stage after the ones it starts from; with
+    ``judge_starts``, then the stages that judge their PPO stages' start actors again."""
     order: list[Stage] = []
 
     def need(name: str) -> None:
@@ -112,6 +118,8 @@ def stages_for(ablations: Sequence[str]) -> list[Stage]:
 
     for ablation in ablations:
         need(f"agentic_{ablation}")
+    for ablation in ablations if judge_starts else ():
+        need(plot_family.JUDGE[ablation])
     return order
 
 
@@ -142,6 +150,10 @@ class Settings:
     reward_stages: str = "all"
     # Extra Hydra overrides: "key=value" for every stage, "stage_name:key=value" for one.
     extra: list[str] = field(default_factory=list)
+    # Also judge each PPO stage's start actor again, in a stage of its own after the PPO stages
+    # (plot_family.JUDGE): where a stage's after point was judged on another kind of host than
+    # its start, plot_family takes the judge run on the after point's host as the before point.
+    judge_starts: bool = False
 
 
 def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Settings,
@@ -168,6 +180,8 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
         # RFT), judged in this run, then every val_every steps, the last at the final step.
         out += [f"stage.module.validate_at_start={str(validate_at_start).lower()}",
                 f"trainer.val_check_interval={min(s.val_every, steps)}"]
+        if stage.judge:
+            out.append("stage.module.judge_only=true")
     elif stage.stage == "warmup":  # held-out metrics once, after the stage (single-turn)
         out.append(f"trainer.val_check_interval={steps}")
     elif stage.stage == "rft":  # its actor is validated at the start of each PPO stage it starts
@@ -326,7 +340,7 @@ def plan_chains(out: Path, seeds: Sequence[int], rewards: Sequence[str], ablatio
         prefix_reward = SHARED_REWARD if shared_prefix else reward
         for seed in seeds:
             chain = chains.setdefault((seed,) if shared_prefix else (reward, seed), [])
-            for stage in stages_for(ablations):
+            for stage in stages_for(ablations, settings.judge_starts):
                 stage_reward = prefix_reward if stage.stage != "agentic_rl" else reward
                 stage_dir = out / stage_reward / f"seed{seed}" / stage.name
                 if stage_dir in seen:
@@ -349,7 +363,7 @@ def start_validators(chain: Sequence[StageRun]) -> dict[Path, Path]:
     first: dict[tuple[Path, str], Path] = {}
     out = {}
     for run in chain:
-        if run.stage.stage == "agentic_rl":
+        if run.stage.stage == "agentic_rl" and not run.stage.judge:
             out[run.stage_dir] = first.setdefault(start_actor(run), run.stage_dir)
     return out
 
@@ -413,7 +427,7 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
             continue
         if run.stage.init == ACTOR_ONLY and not (run.stage_dir / family_state.CHECKPOINT).exists():
             write_actor_only(run.source / "rft")  # not for a resume, which reads its own checkpoint
-        validator = start_validator(run, validators)
+        validator = run.stage_dir if run.stage.judge else start_validator(run, validators)
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
                                     validate_at_start=validator == run.stage_dir)
         statuses[key] = run_stage(run.stage_dir, overrides, deadline, log)
@@ -493,6 +507,10 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--reward-stages", choices=("all", "agentic"), default="all",
                    help="all: every stage trains on the run's reward; agentic: only PPO does (the stages "
                         "before it run once, on the graduated reward, and every reward's PPO starts from them)")
+    p.add_argument("--judge-starts", action="store_true",
+                   help="after the PPO stages, judge the actors they start from again on the held-out tasks "
+                        "(judge_rft, judge_warmup): the before point where a PPO stage's start and end were "
+                        "judged on different kinds of host (remove a judge stage to judge it again elsewhere)")
     p.add_argument("--time-budget-s", type=float, default=0.0, help="start no stage after this (0: no limit)")
     p.add_argument("--jobs", type=int, default=1,
                    help="independent chains at once (seeds; with --reward-stages all, (reward, seed) pairs)")
@@ -580,7 +598,7 @@ def planned(args: argparse.Namespace) -> tuple[Path, list[int], list[str], list[
                         val_samples=args.val_samples,
                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
-                        extra=list(args.extra))
+                        extra=list(args.extra), judge_starts=args.judge_starts)
     rewards, ablations = parse_list(args.rewards, REWARDS, "--rewards"), parse_list(args.ablations, ABLATIONS, "--ablations")
     return Path(args.out).absolute(), seeds, rewards, ablations, settings
 

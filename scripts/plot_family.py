@@ -47,6 +47,9 @@ START = {"full": "rft", "no_value": "rft"}
 BEFORE_TRAINING_STEP = -1
 # Where a PPO stage that another one validated for names it (scripts/family_pipeline.py).
 START_VALIDATION = "start_validation.json"
+# Per ablation, the stage that judges its PPO stage's start actor again, alone (family_pipeline.py
+# --judge-starts): the before point where the PPO stage's start and end ran on different hosts.
+JUDGE = {"full": "judge_rft", "no_value": "judge_rft", "no_rft": "judge_warmup"}
 
 
 def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
@@ -121,11 +124,29 @@ def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> di
     return ppo if any(at_start(ppo, k) is not None for k in keys) else {}
 
 
+def judged_again(run: Path, ablation: str) -> Optional[Path]:
+    """The judge stage (JUDGE) whose held-out point stands for the PPO stage's start actor: only
+    where the PPO stage's first and last runs were on different hosts (its own start point was
+    judged by another machine's CPU timing than its end) and the judge ran on the last one."""
+    judge, hosts = run / JUDGE[ablation], judging_hosts(run / f"agentic_{ablation}")
+    if len(hosts) < 2 or not (judge / "metrics.csv").is_file():
+        return None
+    judged = read_metrics(judge / "metrics.csv")
+    if judging_hosts(judge)[-1:] != hosts[-1:] or not any(at_start(judged, k) is not None for k, _ in HELDOUT):
+        return None
+    return judge
+
+
 def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, Optional[float]]:
-    """Held-out metrics of the actor a PPO stage starts from: its validation before its first
-    update (start_validation); else, for runs from before that existed, the start stage's last
-    validation."""
+    """Held-out metrics of the actor a PPO stage starts from: the judge stage's on the host of
+    the stage's end where its start was judged on another (judged_again); else its validation
+    before its first update (start_validation); else, for runs from before that existed, the
+    start stage's last validation."""
     keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
+    judge = judged_again(run, ablation)
+    if judge is not None:
+        judged = read_metrics(judge / "metrics.csv")
+        return {k: at_start(judged, k) for k in keys}
     validated = start_validation(run / f"agentic_{ablation}", ppo)
     if validated:
         return {k: at_start(validated, k) for k in keys}
@@ -163,7 +184,8 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
                               "before_ppo": before_ppo(run, ablation, ppo),
-                              "hosts": judging_hosts(run / f"agentic_{ablation}")}
+                              "hosts": judging_hosts(run / f"agentic_{ablation}"),
+                              "before_judged_by": (judge.name if (judge := judged_again(run, ablation)) else None)}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
             keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}
@@ -272,6 +294,7 @@ def markdown(summary: dict) -> str:
             lines.append(f"| {name} | {title} | {len(s['seeds'])} | {cells[0]} | {cells[1]} | {per_seed} | {verdict} |")
     lines += ["", "Hosts that ran each PPO stage (from pipeline.jsonl; the CPU sandbox times on the host):"]
     lines += [f"- {name} seed {seed}: {'; then '.join(d.get('hosts') or ['not recorded'])}"
+              + (f" (before PPO: {d['before_judged_by']}, judged again on the last)" if d.get("before_judged_by") else "")
               for name, s in summary.items() for seed, d in sorted(s["seeds"].items())]
     return "\n".join(lines) + "\n"
 

@@ -35,7 +35,7 @@ class PPOStage(pl.LightningModule):
                  value_clip: Optional[float] = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
                  entropy_coef: float = 0.0, whiten_advantages: bool = True, ppo_epochs: int = 1,
                  mini_batches: int = 1, micro_batch_size: int = 0, max_grad_norm: float = 1.0,
-                 tis_cap: float = 0.0, validate_at_start: bool = False):
+                 tis_cap: float = 0.0, validate_at_start: bool = False, judge_only: bool = False):
         super().__init__()
         self.automatic_optimization = False
         self.actor, self.critic, self.agent = actor, critic, agent
@@ -46,7 +46,7 @@ class PPOStage(pl.LightningModule):
         self.entropy_coef, self.whiten_advantages = entropy_coef, whiten_advantages
         self.ppo_epochs, self.mini_batches, self.micro_batch_size = ppo_epochs, mini_batches, micro_batch_size
         self.max_grad_norm, self.tis_cap = max_grad_norm, tis_cap
-        self.validate_at_start = validate_at_start
+        self.validate_at_start, self.judge_only = validate_at_start, judge_only
         # The training step whose validation last finished (saved in the checkpoint; None: unknown).
         self._validated_step: Optional[int] = 0
         self._policy = None
@@ -84,10 +84,14 @@ class PPOStage(pl.LightningModule):
 
     def on_train_start(self) -> None:
         # Before the first update only: a resumed run has its start point already.
-        if self.validate_at_start and self.global_step == 0:
+        if (self.validate_at_start or self.judge_only) and self.global_step == 0:
             validate_before_training(self, self.policy())
         else:
             self.validate_if_owed()
+        if self.judge_only:
+            # Lightning's fit loop checks should_stop before it fetches the first batch: no
+            # rollout, no update, no checkpoint; the run is its held-out point at step -1.
+            self.trainer.should_stop = True
 
     def validate_if_owed(self) -> None:
         """A resumed run's owed validation (common.validation_owed), once."""

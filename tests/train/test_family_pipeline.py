@@ -442,3 +442,27 @@ def test_a_ppo_stage_stopped_midway_resumes_on_another_machine_from_its_carried_
     # Validated before PPO and after each step (--val-every 1), each once.
     assert sorted(int(r["step"]) for r in rows if r.get("val/reward_mean")) == [-1, 0, 1, 2]
     assert "init_from" in (log := (stage / "pipeline.log").read_text()) and "not read" in log
+
+
+def test_judge_stages_follow_the_ppo_stages_judge_their_start_actors_and_carry_their_starts(tmp_path):
+    names = lambda ablations: [s.name for s in fp.stages_for(ablations, judge_starts=True)]  # noqa: E731
+    assert names(["full"]) == ["warmup", "rft", "value", "agentic_full", "judge_rft"]
+    assert names(["no_value", "no_rft"])[-2:] == ["judge_rft", "judge_warmup"]
+    settings = fp.Settings(actor="/models/a", reward_stages="agentic", judge_starts=True)
+    (chain,) = fp.plan_chains(tmp_path, [0], ["graduated", "binary"], ["full"], settings)
+    judges = [r for r in chain if r.stage.judge]
+    assert [r.stage_dir.relative_to(tmp_path).as_posix() for r in judges] == \
+        ["graduated/seed0/judge_rft", "binary/seed0/judge_rft"]  # per reward: the reward judges the episodes
+    over = fp.stage_overrides(judges[1].stage, tmp_path / "binary" / "seed0", "binary", 0, settings,
+                              tmp_path / "graduated" / "seed0")
+    assert "stage.module.judge_only=true" in over and f"init_from={tmp_path / 'graduated' / 'seed0' / 'value'}" in over
+    # A judge is no PPO stage's start validator, and it is judged whatever the PPO stages did.
+    assert all(not v.name.startswith("judge") for v in fp.start_validators(chain).values())
+    assert not any("judge_only" in o for o in fp.stage_overrides(fp.STAGES["agentic_full"], tmp_path, "binary", 0,
+                                                                settings))
+    # Every PPO stage finished, the judges not: the value stage's weights must travel to the next machine.
+    for run in chain:
+        run.stage_dir.mkdir(parents=True, exist_ok=True)
+        if not run.stage.judge:
+            (run.stage_dir / fp.DONE).write_text("{}\n")
+    assert fp.family_state.starts_needed([chain], fp.DONE, fp.ACTOR_ONLY) == [tmp_path / "graduated" / "seed0" / "value"]

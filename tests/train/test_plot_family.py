@@ -128,3 +128,30 @@ def test_the_hosts_that_ran_a_stage_come_from_the_journal_in_order(tmp_path):
     table = plot_family.markdown(summary)
     assert "- graduated/full seed 0: cpu:X x16, gpu:H200; then cpu:Z x16, gpu:H100" in table
     assert "- graduated/full seed 1: not recorded" in table
+
+
+def test_a_stage_ended_on_another_host_takes_its_before_point_from_the_judge_run_there(tmp_path):
+    runs = tmp_path / "runs"
+    ppo_run(runs, 0, 0.25, 1.0)
+    seed = runs / "graduated" / "seed0"
+    write_metrics_csv(seed / "judge_rft", [{"step": -1, "val/reward_mean": -0.5, "val/pass_rate": 0.25}])
+    a, b = "cpu:A x16, gpu:H200", "cpu:B x16, gpu:H100"
+
+    def journal(*entries):
+        (runs / "pipeline.jsonl").write_text("".join(json.dumps({"stage": f"/x/runs/graduated/seed0/{s}", "host": h}) + "\n"
+                                                     for s, h in entries))
+
+    def before():
+        d = plot_family.summarise(plot_family.find_runs(runs))["graduated/full"]["seeds"][0]
+        return d["before_ppo"]["val/reward_mean"], d["before_judged_by"]
+
+    journal(("agentic_full", a), ("agentic_full", b), ("judge_rft", b))
+    assert before() == (-0.5, "judge_rft")  # started on A, ended on B, judged again on B
+    journal(("agentic_full", a), ("agentic_full", b), ("judge_rft", a))
+    assert before() == (0.25, None)  # the judge ran on A, not where the stage ended
+    journal(("agentic_full", b), ("judge_rft", b))
+    assert before() == (0.25, None)  # one host throughout: the stage's own start point
+    journal(("agentic_full", a), ("agentic_full", b), ("judge_rft", b))
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    assert summary["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.5}
+    assert "(before PPO: judge_rft, judged again on the last)" in plot_family.markdown(summary)

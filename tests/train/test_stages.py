@@ -99,6 +99,17 @@ def chain_four_stages(compose_train, expert_trajectories, tmp_path, device: str,
     # Logged at step -1 (before any update) and at step 1 (Lightning's, after updates 0 and 1).
     assert [int(r["step"]) for r in rows if r.get("val/reward_mean")] == [-1, 1]
 
+    # The value stage's actor judged again alone (another host's before point): its held-out
+    # episodes at step -1, then the run stops before any rollout or update.
+    judge = tmp_path / "judge"
+    train(compose("stage=agentic_rl", f"init_from={value}", "stage.module.judge_only=true", out_dir=judge))
+    held_out = [json.loads(line) for line in (judge / "rollouts" / "val.jsonl").read_text().splitlines()]
+    assert held_out and {e["policy_version"][0] for e in held_out} == {0}
+    assert not (judge / "rollouts" / "train.jsonl").exists()
+    _, rows = metric_columns(judge)
+    assert [int(r["step"]) for r in rows if r.get("val/reward_mean")] == [-1]
+    assert not any(r.get("rollout/reward_mean") or r.get("actor/loss") for r in rows)
+
 
 def test_lora_model_group_trains_adapters_only(compose_train, tmp_path, tiny_model_dir):
     from train import train
