@@ -129,7 +129,7 @@ def judged_again(run: Path, ablation: str) -> Optional[Path]:
     where the PPO stage's first and last runs were on different hosts (its own start point was
     judged by another machine's CPU timing than its end) and the judge ran on the last one."""
     judge, hosts = run / JUDGE[ablation], judging_hosts(run / f"agentic_{ablation}")
-    if len(hosts) < 2 or not (judge / "metrics.csv").is_file():
+    if not hosts or hosts[0] == hosts[-1] or not (judge / "metrics.csv").is_file():
         return None
     judged = read_metrics(judge / "metrics.csv")
     if judging_hosts(judge)[-1:] != hosts[-1:] or not any(at_start(judged, k) is not None for k, _ in HELDOUT):
@@ -156,22 +156,24 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
 
 def judging_hosts(stage: Path) -> list[str]:
     """The hosts that ran ``stage`` (<runs>/<reward>/seed<k>/<stage>), in the order of the
-    pipeline's journal (<runs>/pipeline.jsonl, whose lines name the host since 2026-12-06): a PPO
+    pipeline's journal (<runs>/pipeline.jsonl, whose lines name the host since 2026-12-06), a
+    host repeated only where another ran the stage in between (A, B, A: it ended on A): a PPO
     stage carried over calls may have been judged before and after on different kinds of host,
     whose CPU timing (the family's sandbox) differs. Empty where the journal does not say."""
     journal = stage.parent.parent.parent / "pipeline.jsonl"
     if not journal.is_file():
         return []
     tail = "/" + "/".join(stage.parts[-3:])
-    hosts: dict[str, None] = {}
+    hosts: list[str] = []
     for line in journal.read_text().splitlines():
         try:
             entry = json.loads(line)
         except ValueError:
             continue
-        if ("/" + str(entry.get("stage", "")).replace("\\", "/")).endswith(tail) and entry.get("host"):
-            hosts[entry["host"]] = None
-    return list(hosts)
+        if ("/" + str(entry.get("stage", "")).replace("\\", "/")).endswith(tail) and entry.get("host") \
+                and hosts[-1:] != [entry["host"]]:
+            hosts.append(entry["host"])
+    return hosts
 
 
 def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:

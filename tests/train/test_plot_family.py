@@ -123,10 +123,12 @@ def test_the_hosts_that_ran_a_stage_come_from_the_journal_in_order(tmp_path):
              {"stage": "/dev/a/runs/graduated/seed1/agentic_full", "status": "done"}]  # before hosts were recorded
     (runs / "pipeline.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
     summary = plot_family.summarise(plot_family.find_runs(runs))
-    assert summary["graduated/full"]["seeds"][0]["hosts"] == ["cpu:X x16, gpu:H200", "cpu:Z x16, gpu:H100"]
+    # X, Z, X: each run's host, repeats in a row collapsed (two lines on X in a row would be one).
+    assert summary["graduated/full"]["seeds"][0]["hosts"] == ["cpu:X x16, gpu:H200", "cpu:Z x16, gpu:H100",
+                                                               "cpu:X x16, gpu:H200"]
     assert summary["graduated/full"]["seeds"][1]["hosts"] == []
     table = plot_family.markdown(summary)
-    assert "- graduated/full seed 0: cpu:X x16, gpu:H200; then cpu:Z x16, gpu:H100" in table
+    assert "- graduated/full seed 0: cpu:X x16, gpu:H200; then cpu:Z x16, gpu:H100; then cpu:X x16, gpu:H200" in table
     assert "- graduated/full seed 1: not recorded" in table
 
 
@@ -151,6 +153,8 @@ def test_a_stage_ended_on_another_host_takes_its_before_point_from_the_judge_run
     assert before() == (0.25, None)  # the judge ran on A, not where the stage ended
     journal(("agentic_full", b), ("judge_rft", b))
     assert before() == (0.25, None)  # one host throughout: the stage's own start point
+    journal(("agentic_full", a), ("agentic_full", b), ("agentic_full", a), ("judge_rft", b))
+    assert before() == (0.25, None)  # started and ended on A (B in between): its own start point
     journal(("agentic_full", a), ("agentic_full", b), ("judge_rft", b))
     summary = plot_family.summarise(plot_family.find_runs(runs))
     assert summary["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.5}
