@@ -40,6 +40,7 @@ line per stage run: command, status, seconds, the host it ran on).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import signal
@@ -252,24 +253,20 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
     return status
 
 
-_HOST: list[str] = []
-
-
+@functools.lru_cache(maxsize=None)
 def host_name() -> str:
     """The machine a stage ran on, as the sandbox's baseline cache names it (CPU model and core
     count; the GPU's name where one is visible): the family's CPU sandbox judges with the host's
     timing, so a PPO stage's points before and after must come from one kind of host, and the
     journal says which ran each part (plot_family.judging_hosts)."""
-    if not _HOST:
-        import torch
+    import torch
 
-        from sandbox.worker_common import device_name
+    from sandbox.worker_common import device_name
 
-        parts = [device_name(torch.device("cpu"))]
-        if torch.cuda.is_available():
-            parts.append("gpu:" + torch.cuda.get_device_name(0))
-        _HOST.append(", ".join(parts))
-    return _HOST[0]
+    parts = [device_name(torch.device("cpu"))]
+    if torch.cuda.is_available():
+        parts.append("gpu:" + torch.cuda.get_device_name(0))
+    return ", ".join(parts)
 
 
 def hold_finished_samples(stage_dir: Path) -> Optional[Path]:
