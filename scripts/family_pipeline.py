@@ -48,7 +48,7 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
@@ -108,19 +108,22 @@ def stages_for(ablations: Sequence[str], judge_starts: bool = False) -> list[Sta
     ``judge_starts``, then the stages that judge their PPO stages' start actors again."""
     order: list[Stage] = []
 
-    def need(name: str) -> None:
-        name = "rft" if name == ACTOR_ONLY else name
-        stage = STAGES[name]
+    def need(stage: Stage) -> None:
         for before in (stage.init, stage.trajectories):
             if before:
-                need(before)
+                need(STAGES["rft" if before == ACTOR_ONLY else before])
         if stage not in order:
             order.append(stage)
 
     for ablation in ablations:
-        need(f"agentic_{ablation}")
+        need(STAGES[f"agentic_{ablation}"])
     for ablation in ablations if judge_starts else ():
-        need(plot_family.JUDGE[ablation])
+        judge = STAGES[plot_family.JUDGE[ablation]]
+        if judge.init == "value" and STAGES["value"] not in order:
+            # A plan without value pretraining (no_value alone): the same actor, RFT's, starts
+            # the judge; value pretraining would run only to hand it over.
+            judge = replace(judge, init=ACTOR_ONLY)
+        need(judge)
     return order
 
 

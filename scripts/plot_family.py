@@ -137,13 +137,13 @@ def judged_again(run: Path, ablation: str) -> Optional[Path]:
     return judge
 
 
-def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, Optional[float]]:
-    """Held-out metrics of the actor a PPO stage starts from: the judge stage's on the host of
-    the stage's end where its start was judged on another (judged_again); else its validation
-    before its first update (start_validation); else, for runs from before that existed, the
-    start stage's last validation."""
+def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]],
+               judge: Optional[Path] = None) -> dict[str, Optional[float]]:
+    """Held-out metrics of the actor a PPO stage starts from: the judge stage's (``judge``, from
+    judged_again: on the host of the stage's end where its start was judged on another); else its
+    validation before its first update (start_validation); else, for runs from before that
+    existed, the start stage's last validation."""
     keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
-    judge = judged_again(run, ablation)
     if judge is not None:
         judged = read_metrics(judge / "metrics.csv")
         return {k: at_start(judged, k) for k in keys}
@@ -184,10 +184,11 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
         per_seed = {}
         for seed, run in sorted(seeds.items()):
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
+            judge = judged_again(run, ablation)
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
-                              "before_ppo": before_ppo(run, ablation, ppo),
+                              "before_ppo": before_ppo(run, ablation, ppo, judge),
                               "hosts": judging_hosts(run / f"agentic_{ablation}"),
-                              "before_judged_by": (judge.name if (judge := judged_again(run, ablation)) else None)}
+                              "before_judged_by": judge.name if judge else None}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
             keys = {k for s in per_seed.values() for k, v in s[when].items() if v is not None}

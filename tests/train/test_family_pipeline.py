@@ -448,6 +448,12 @@ def test_judge_stages_follow_the_ppo_stages_judge_their_start_actors_and_carry_t
     names = lambda ablations: [s.name for s in fp.stages_for(ablations, judge_starts=True)]  # noqa: E731
     assert names(["full"]) == ["warmup", "rft", "value", "agentic_full", "judge_rft"]
     assert names(["no_value", "no_rft"])[-2:] == ["judge_rft", "judge_warmup"]
+    # Without value pretraining in the plan, RFT's actor starts the judge: no value stage only for it.
+    assert names(["no_value"]) == ["warmup", "rft", "agentic_no_value", "judge_rft"]
+    judge = fp.stages_for(["no_value"], judge_starts=True)[-1]
+    assert f"init_from={tmp_path / 'rft_actor_only' / 'actor_only.ckpt'}" in fp.stage_overrides(
+        judge, tmp_path, "graduated", 0, fp.Settings(actor="/models/a"))
+    assert fp.stages_for(["full", "no_value"], judge_starts=True)[-1].init == "value"
     settings = fp.Settings(actor="/models/a", reward_stages="agentic", judge_starts=True)
     (chain,) = fp.plan_chains(tmp_path, [0], ["graduated", "binary"], ["full"], settings)
     judges = [r for r in chain if r.stage.judge]
