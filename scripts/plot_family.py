@@ -124,11 +124,12 @@ def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> di
     return ppo if any(at_start(ppo, k) is not None for k in keys) else {}
 
 
-def judged_again(run: Path, ablation: str) -> Optional[Path]:
+def judged_again(run: Path, ablation: str, hosts: Sequence[str]) -> Optional[Path]:
     """The judge stage (JUDGE) whose held-out point stands for the PPO stage's start actor: only
     where the PPO stage's first and last runs were on different hosts (its own start point was
-    judged by another machine's CPU timing than its end) and the judge ran on the last one."""
-    judge, hosts = run / JUDGE[ablation], judging_hosts(run / f"agentic_{ablation}")
+    judged by another machine's CPU timing than its end) and the judge ran on the last one.
+    ``hosts``: the PPO stage's (judging_hosts)."""
+    judge = run / JUDGE[ablation]
     if not hosts or hosts[0] == hosts[-1] or not (judge / "metrics.csv").is_file():
         return None
     judged = read_metrics(judge / "metrics.csv")
@@ -184,10 +185,11 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
         per_seed = {}
         for seed, run in sorted(seeds.items()):
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
-            judge = judged_again(run, ablation)
+            hosts = judging_hosts(run / f"agentic_{ablation}")
+            judge = judged_again(run, ablation, hosts)
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
                               "before_ppo": before_ppo(run, ablation, ppo, judge),
-                              "hosts": judging_hosts(run / f"agentic_{ablation}"),
+                              "hosts": hosts,
                               "before_judged_by": judge.name if judge else None}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
