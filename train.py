@@ -117,6 +117,16 @@ def check_accelerator(cfg: DictConfig) -> None:
                          "(use trainer=cpu, or trainer=default to pick what is there)")
 
 
+def check_validation_sampling(cfg: DictConfig, val_samples: int) -> None:
+    """A held-out sampling setting that cannot work fails before training, not at the first validation."""
+    from src.stages.common import validation_temperature
+
+    try:
+        validation_temperature(OmegaConf.to_container(cfg.sampling, resolve=True), val_samples)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cap_cpu_threads(cfg: DictConfig) -> None:
     """Training on the CPU shares the host's cores with the sandbox's build and timing workers:
     ``cpu_threads`` intra-op threads (auto: half the cores this process may use, at least one).
@@ -228,6 +238,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     dm = RolloutDataModule(output_dir=str(out_dir), sandbox=sandbox, reward=cfg.reward.name,
                            device_gate=cfg.device_gate, **data)
     dm.prepare()  # a task set without tasks fails here, before anything is written
+    check_validation_sampling(cfg, dm.val_samples)
     module = build_module(cfg, actor, critic, agent)
     if cfg.init_from and ckpt is not None and not getattr(module, "needs_init_on_resume", False):
         # The checkpoint resumed from holds every trained weight: the starting point is not read,

@@ -144,6 +144,9 @@ class Settings:
     val_tasks: int = 16
     # Episodes per held-out task in each validation.
     val_samples: int = 1
+    # Temperature of held-out episodes (None: the rollouts'; 0: greedy, the measure without
+    # sampling noise: one path per task, the same for the same actor).
+    val_temperature: Optional[float] = None
     max_turns: int = 10
     max_new_tokens: int = 2048
     actor_lr: float = 2e-5
@@ -175,6 +178,7 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
            f"data.tasks_per_step={s.tasks_per_step}", f"data.samples_per_task={s.samples_per_task}",
            f"data.max_tasks={s.max_tasks}", f"data.val_max_tasks={s.val_tasks}",
            f"data.val_samples_per_task={s.val_samples}",
+           *([] if s.val_temperature is None else [f"sampling.val_temperature={s.val_temperature}"]),
            f"agent.max_new_tokens_per_turn={s.max_new_tokens}",
            f"actor_optimizer.lr={s.sft_lr if stage.stage == 'rft' else s.actor_lr}", f"critic_optimizer.lr={s.critic_lr}"]
     if stage.stage != "warmup":
@@ -496,6 +500,9 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--max-tasks", type=int, default=d.max_tasks, help="training tasks used (0: all 145)")
     p.add_argument("--val-tasks", type=int, default=d.val_tasks, help="held-out tasks per validation (0: all 38)")
     p.add_argument("--val-samples", type=int, default=d.val_samples, help="episodes per held-out task per validation")
+    p.add_argument("--val-temperature", type=float, default=d.val_temperature,
+                   help="temperature of held-out episodes (default: the rollouts'; 0: greedy, one noise-free "
+                        "episode per task: before/after differences are the policy's, not a re-roll's)")
     p.add_argument("--max-turns", type=int, default=d.max_turns)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per reply")
     p.add_argument("--actor-lr", type=float, default=d.actor_lr, help="PPO actor learning rate")
@@ -589,13 +596,18 @@ def planned(args: argparse.Namespace) -> tuple[Path, list[int], list[str], list[
         usage_error(f"--jobs must be at least 1, got {args.jobs}")
     if args.val_samples < 1:
         usage_error(f"--val-samples must be at least 1, got {args.val_samples}")
+    if args.val_temperature is not None and args.val_temperature < 0:
+        usage_error(f"--val-temperature must be >= 0 (0: greedy), got {args.val_temperature}")
+    if args.val_temperature == 0 and args.val_samples > 1:
+        usage_error(f"--val-temperature 0 (greedy) repeats one episode per task: --val-samples must be 1, "
+                    f"got {args.val_samples}")
     if len(steps) != 4 or min(steps) < 1:
         usage_error(f"--steps needs 4 positive counts (warm-up,RFT,value,PPO), got {args.steps!r}")
     settings = Settings(actor=str(Path(args.actor).absolute()) if args.actor else "", trainer=args.trainer,
                         logger=args.logger, steps=steps,
                         val_every=args.val_every, tasks_per_step=args.tasks_per_step,
                         samples_per_task=args.samples_per_task, max_tasks=args.max_tasks, val_tasks=args.val_tasks,
-                        val_samples=args.val_samples,
+                        val_samples=args.val_samples, val_temperature=args.val_temperature,
                         max_turns=args.max_turns, max_new_tokens=args.max_new_tokens, actor_lr=args.actor_lr,
                         sft_lr=args.sft_lr, critic_lr=args.critic_lr, reward_stages=args.reward_stages,
                         extra=list(args.extra), judge_starts=args.judge_starts)

@@ -18,9 +18,9 @@ import queue
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import Any, Optional, Protocol, Sequence
+from typing import Any, Iterator, Optional, Protocol, Sequence
 
 from src.llm import LLMError, build_chat_model
 
@@ -181,6 +181,23 @@ class HFPolicy:
     def sampling(self) -> dict[str, float]:
         """What each trajectory row records as its sampling distribution."""
         return self.params.to_dict()
+
+    @contextlib.contextmanager
+    def sampling_at(self, temperature: Optional[float]) -> Iterator["HFPolicy"]:
+        """Generations inside the block sample at ``temperature`` (0: greedy; None: unchanged),
+        e.g. held-out episodes judged greedily by a policy that rolls out at T = 1; the policy's
+        own distribution is back afterwards. Generations are serialised, so none straddles the
+        switch."""
+        if temperature is None:
+            yield self
+            return
+        with self._generating:
+            own, self.params = self.params, replace(self.params, temperature=float(temperature))
+        try:
+            yield self
+        finally:
+            with self._generating:
+                self.params = own
 
     def set_version(self, version: int) -> None:
         """The shared module was updated in place: later generations carry ``version``."""

@@ -100,14 +100,19 @@ def peak_memory_gb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20
 
 
+# The sampling field that held-out episodes sample at instead of the rollouts' temperature.
+VAL_TEMPERATURE = "val_temperature"
+
+
 def make_policy(actor: Any, device: torch.device, sampling: dict[str, Any], gate: Any = None) -> Any:
     """The rollout policy over the actor's own module (on-policy: no copy); ``gate`` (a context
     manager factory) is held around each generation, so that timing on a GPU shared with
     training never overlaps it."""
     from src.agent import HFPolicy
 
+    rollout = {k: v for k, v in sampling.items() if k != VAL_TEMPERATURE}
     return HFPolicy(model=actor.generation_model, tokenizer=actor.tokenizer, name=actor.name,
-                    generation_gate=gate, **sampling)
+                    generation_gate=gate, **rollout)
 
 
 def token_share(module: Any, local_tokens: float) -> float:
@@ -170,10 +175,29 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def validation_temperature(sampling: dict[str, Any], val_samples: int) -> Optional[float]:
+    """The temperature held-out episodes sample at (None: the rollouts'). Greedy (0) decoding
+    takes one path per task, so a validation judges the actor without sampling noise: the same
+    actor judged twice gets the same episodes (up to the sandbox's timings), and a before/after
+    difference is the policy's change, not a re-roll. More than one greedy episode per task
+    would repeat it, and is refused."""
+    temperature = sampling.get(VAL_TEMPERATURE)
+    if temperature is None:
+        return None
+    if float(temperature) < 0:
+        raise ValueError(f"sampling.{VAL_TEMPERATURE}={temperature}: expected >= 0 (0: greedy) or null")
+    if float(temperature) == 0 and val_samples > 1:
+        raise ValueError(f"sampling.{VAL_TEMPERATURE}=0 (greedy) with data.val_samples_per_task={val_samples}: "
+                         "greedy episodes of one task repeat each other; use 1")
+    return float(temperature)
+
+
 def heldout_metrics(module: Any, tasks: list, policy: Any) -> dict[str, float]:
     """Episodes on held-out tasks with the current actor; their rollout metrics as val/*."""
     dm = module.trainer.datamodule
-    result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
+    temperature = validation_temperature(module.sampling, dm.val_samples)
+    with policy.sampling_at(temperature):
+        result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
     return {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
 
 

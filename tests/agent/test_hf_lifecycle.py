@@ -53,3 +53,22 @@ def test_a_policy_dropped_without_close_is_collected_and_its_thread_ends(tiny_ll
     assert ref() is None  # the batcher thread held it only weakly
     thread.join(10)
     assert not thread.is_alive()
+
+
+def test_sampling_at_decodes_greedily_inside_the_block_and_restores_the_policys_own(tiny_llama, ids_tokenizer):
+    model = tiny_llama()
+    greedy = HFPolicy(model=model, tokenizer=ids_tokenizer, temperature=0.0).generate([], PROMPT, 12)
+    policy = HFPolicy(model=model, tokenizer=ids_tokenizer, temperature=1.0, seed=0)
+    with policy.sampling_at(0.0):
+        inside = [policy.generate([], PROMPT, 12) for _ in range(2)]
+        assert policy.sampling["temperature"] == 0.0  # what the block's trajectory rows record
+    assert [(g.token_ids, g.logprobs) for g in inside] == [(greedy.token_ids, greedy.logprobs)] * 2
+    assert policy.sampling["temperature"] == 1.0
+    sampled = [policy.generate([], PROMPT, 12).token_ids for _ in range(4)]
+    assert any(ids != greedy.token_ids for ids in sampled)  # T = 1 again: not the greedy path
+    with policy.sampling_at(None):
+        assert policy.sampling["temperature"] == 1.0
+    with pytest.raises(ValueError, match="temperature >= 0"):
+        with policy.sampling_at(-1.0):
+            pass
+    assert policy.sampling["temperature"] == 1.0

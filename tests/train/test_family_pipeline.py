@@ -196,6 +196,10 @@ def test_stage_overrides_chain_init_from_and_scope_per_stage_settings(tmp_path):
         ["agentic_full", "agentic_no_rft", "agentic_no_value"]
     assert [n for n, o in over.items() if "trainer.limit_val_batches=0" in o] == ["rft"]
     assert all("data.val_samples_per_task=1" in o for o in over.values())
+    assert not any(o.startswith("sampling.val_temperature") for o in over["agentic_full"])  # the rollouts'
+    greedy = fp.stage_overrides(fp.STAGES["agentic_full"], tmp_path, "binary", 7,
+                                fp.Settings(actor="/models/a", val_temperature=0.0))
+    assert "sampling.val_temperature=0.0" in greedy
     not_first = fp.stage_overrides(fp.STAGES["agentic_no_value"], tmp_path, "binary", 7, settings,
                                    validate_at_start=False)
     assert "stage.module.validate_at_start=false" in not_first
@@ -343,7 +347,13 @@ def test_a_restart_keeps_the_sampling_batches_its_discarded_start_finished(tmp_p
 
 
 def test_a_missing_or_unusable_actor_is_one_line_and_exit_2(tmp_path, capsys):
-    for argv, says in (([], "--actor is required"), (["--actor", str(tmp_path)], "is not a model directory")):
+    actor = tmp_path / "actor"
+    actor.mkdir()
+    (actor / "config.json").write_text("{}")  # passes the actor check: the plan's own checks answer
+    greedy_twice = ["--actor", str(actor), "--val-temperature", "0", "--val-samples", "2"]
+    for argv, says in (([], "--actor is required"), (["--actor", str(tmp_path)], "is not a model directory"),
+                       (greedy_twice, "--val-samples must be 1"),
+                       (["--actor", str(actor), "--val-temperature", "-1"], "must be >= 0")):
         with pytest.raises(SystemExit) as exit_info:
             fp.main([*argv, "--out", str(tmp_path / "runs")])
         err = capsys.readouterr().err

@@ -101,10 +101,14 @@ def chain_four_stages(compose_train, expert_trajectories, tmp_path, device: str,
 
     # The value stage's actor judged again alone (another host's before point): its held-out
     # episodes at step -1, then the run stops before any rollout or update.
+    # Greedily (sampling.val_temperature=0): the held-out rows record the distribution they were drawn from.
     judge = tmp_path / "judge"
-    train(compose("stage=agentic_rl", f"init_from={value}", "stage.module.judge_only=true", out_dir=judge))
+    train(compose("stage=agentic_rl", f"init_from={value}", "stage.module.judge_only=true",
+                  "sampling.val_temperature=0", out_dir=judge))
     held_out = [json.loads(line) for line in (judge / "rollouts" / "val.jsonl").read_text().splitlines()]
     assert held_out and {e["policy_version"][0] for e in held_out} == {0}
+    assert {e["sampling"]["temperature"] for e in held_out} == {0.0}
+    assert {e["sampling"]["temperature"] for e in episodes} == {1.0}  # the PPO stage's rollouts
     assert not (judge / "rollouts" / "train.jsonl").exists()
     _, rows = metric_columns(judge)
     assert [int(r["step"]) for r in rows if r.get("val/reward_mean")] == [-1]
@@ -126,13 +130,15 @@ def test_unusable_input_is_one_clear_error(compose_train, tmp_path, monkeypatch)
     from src.data.tasks import TaskSetError
     from src.models import ModelLoadError
     from src.stages.common import InitError
-    from train import train
+    from train import UsageError, train
 
     with pytest.raises(InitError, match="no such checkpoint"):
         train(compose_train("init_from=/does/not/exist.ckpt"))
     (tmp_path / "empty").mkdir()
     with pytest.raises(TaskSetError, match="no usable task"):
         train(compose_train(f"data.tasks={tmp_path / 'empty'}"))
+    with pytest.raises(UsageError, match="greedy episodes of one task repeat"):
+        train(compose_train("sampling.val_temperature=0", "data.val_samples_per_task=2"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(ModelLoadError, match="cannot load model 'no-org/no-model'"):
         train(compose_train("model.actor.name_or_path=no-org/no-model"))
