@@ -13,7 +13,8 @@ Reads <runs>/<reward>/seed<k>/<stage>/metrics.csv; writes to --out:
                       (bar: mean; whisker: min to max)
   family_summary.json / family_summary.md  the same numbers, per seed and aggregated, with each
                       seed's change (after - before) and whether after is above before beyond
-                      the spread of seeds (every seed's after above every seed's before)
+                      the spread of seeds (every seed's after above every seed's before), and
+                      how each stage's held-out episodes were decoded (greedy, or sampled at T)
 
 The "before" point is the held-out validation before PPO's first update (val/* at step -1:
 stage.module.validate_at_start, which family_pipeline.py sets): the stage's own, or, for a stage
@@ -177,6 +178,22 @@ def judging_hosts(stage: Path) -> list[str]:
     return hosts
 
 
+def heldout_decoding(stage: Path) -> Optional[str]:
+    """How the stage's held-out episodes were decoded, from the run's config (hparams.yaml):
+    "greedy", or "T=<t>" (sampled; runs from before sampling.val_temperature sample at the
+    rollouts' temperature). None where the config is not there."""
+    import yaml
+
+    path = stage / "hparams.yaml"
+    if not path.is_file():
+        return None
+    sampling = (yaml.safe_load(path.read_text()) or {}).get("sampling") or {}
+    temperature = sampling.get("val_temperature")
+    if temperature is None:
+        temperature = sampling.get("temperature", 1.0)
+    return "greedy" if float(temperature) == 0 else f"T={float(temperature):g}"
+
+
 def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     """Per condition: final held-out metrics after the start stage and after PPO, per seed and
     aggregated; the final training-rollout metrics too."""
@@ -190,6 +207,7 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
                               "before_ppo": before_ppo(run, ablation, ppo, judge),
                               "hosts": hosts,
+                              "heldout_decoding": heldout_decoding(run / f"agentic_{ablation}"),
                               "before_judged_by": judge.name if judge else None}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
@@ -274,7 +292,9 @@ def plot_heldout(summary: dict, path: Path) -> None:
         ax.set_title(title)
         ax.grid(axis="y", alpha=0.3)
     axes[0].legend(fontsize=8)
-    fig.suptitle("Task family, held-out tasks (bar: mean over seeds; whisker: min to max)")
+    decoding = sorted({str(d["heldout_decoding"]) for s in summary.values() for d in s["seeds"].values()})
+    fig.suptitle(f"Task family, held-out tasks, episodes decoded {' / '.join(decoding)} "
+                 "(bar: mean over seeds; whisker: min to max)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -300,6 +320,7 @@ def markdown(summary: dict) -> str:
     lines += ["", "Hosts that ran each PPO stage (from pipeline.jsonl; the CPU sandbox times on the host):"]
     lines += [f"- {name} seed {seed}: {'; then '.join(d.get('hosts') or ['not recorded'])}"
               + (f" (before PPO: {d['before_judged_by']}, judged again on the last)" if d.get("before_judged_by") else "")
+              + f"; held-out episodes decoded {d.get('heldout_decoding') or 'as not recorded'}"
               for name, s in summary.items() for seed, d in sorted(s["seeds"].items())]
     return "\n".join(lines) + "\n"
 

@@ -159,3 +159,17 @@ def test_a_stage_ended_on_another_host_takes_its_before_point_from_the_judge_run
     summary = plot_family.summarise(plot_family.find_runs(runs))
     assert summary["graduated/full"]["change"]["val/reward_mean"]["per_seed"] == {0: 1.5}
     assert "(before PPO: judge_rft, judged again on the last)" in plot_family.markdown(summary)
+
+
+def test_each_stages_held_out_decoding_comes_from_its_config(tmp_path):
+    runs = tmp_path / "runs"
+    for seed in range(3):
+        ppo_run(runs, seed, 0.0, 0.5)
+    stage = lambda seed: runs / "graduated" / f"seed{seed}" / "agentic_full"  # noqa: E731
+    (stage(0) / "hparams.yaml").write_text("sampling:\n  temperature: 1.0\n  val_temperature: 0.0\n")
+    (stage(1) / "hparams.yaml").write_text("sampling:\n  temperature: 0.7\n")  # before val_temperature
+    summary = plot_family.summarise(plot_family.find_runs(runs))["graduated/full"]
+    assert [summary["seeds"][k]["heldout_decoding"] for k in range(3)] == ["greedy", "T=0.7", None]
+    table = plot_family.markdown({"graduated/full": summary})
+    assert "seed 0: not recorded; held-out episodes decoded greedy" in table
+    assert "seed 2: not recorded; held-out episodes decoded as not recorded" in table
