@@ -389,7 +389,8 @@ def has_start_validation(stage_dir: Path) -> bool:
 def bank_start_validation(stage_dir: Path) -> bool:
     """A PPO stage stopped before its first checkpoint starts again from nothing (run_stage), but
     its start validation, if it finished, is on disk (the stage writes it as soon as it is judged)
-    and judged the same actor the restart starts from: kept as ``<stage>.start/metrics.csv``, so
+    and judged the same actor the restart starts from: kept as ``<stage>.start/metrics.csv`` (and
+    its episodes, ``rollouts/val.jsonl``, for per-task comparisons with the points after), so
     that the restart does not judge it again (minutes of device time for 38 held-out episodes).
     Remove ``<stage>.start`` to have it judged again (e.g. after changing the held-out tasks).
     Returns whether a kept start validation is there (kept now or by an earlier restart)."""
@@ -402,7 +403,11 @@ def bank_start_validation(stage_dir: Path) -> bool:
         return False
     if has_start_validation(stage_dir):
         kept.mkdir(exist_ok=True)
-        shutil.copy2(stage_dir / "metrics.csv", kept / "metrics.csv")
+        episodes = stage_dir / "rollouts" / "val.jsonl"
+        if episodes.is_file():
+            (kept / "rollouts").mkdir(exist_ok=True)
+            shutil.copy2(episodes, kept / "rollouts" / "val.jsonl")
+        shutil.copy2(stage_dir / "metrics.csv", kept / "metrics.csv")  # last: what marks the bank whole
         return True
     return False
 

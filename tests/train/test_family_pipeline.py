@@ -313,9 +313,14 @@ def test_a_discarded_ppo_start_keeps_its_start_validation_and_the_restart_does_n
     assert not fp.banked_start(ppo.stage_dir).exists()
     # One stopped after it: kept beside the stage, which then names it instead of judging again.
     write_metrics_csv(ppo.stage_dir, [{"step": -1, "val/reward_mean": 0.25}, {"step": 0, "rollout/reward_mean": 0.5}])
+    (ppo.stage_dir / "rollouts").mkdir()
+    (ppo.stage_dir / "rollouts" / "val.jsonl").write_text('{"task": "t1", "train_step": 0, "reward": 1.0}\n')
     assert fp.start_validator(ppo, validators) == fp.banked_start(ppo.stage_dir)
     kept = fp.banked_start(ppo.stage_dir) / "metrics.csv"
     assert kept.read_text() == (ppo.stage_dir / "metrics.csv").read_text()
+    # Its episodes too, for per-task comparisons with the points after.
+    assert (kept.parent / "rollouts" / "val.jsonl").read_text() == \
+        (ppo.stage_dir / "rollouts" / "val.jsonl").read_text()
     over = fp.stage_overrides(ppo.stage, ppo.stage_dir.parent, "graduated", 0, settings,
                               validate_at_start=fp.start_validator(ppo, validators) == ppo.stage_dir)
     assert "stage.module.validate_at_start=false" in over
