@@ -550,10 +550,20 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def depth(stage_name: str) -> int:
-    """How many stages run before this one in its chain (the device time its weights stand for)."""
-    stage = STAGES["rft" if stage_name == ACTOR_ONLY else stage_name]
+def depth(stage: "Stage | str") -> int:
+    """How many stages run before this one in its chain (the device time its weights stand for);
+    a name is looked up in STAGES (the pseudo-stage rft_actor_only is RFT's)."""
+    if isinstance(stage, str):
+        stage = STAGES["rft" if stage == ACTOR_ONLY else stage]
     return 1 + max((depth(b) for b in (stage.init, stage.trajectories) if b), default=-1)
+
+
+def export_rank(chains: list[list[StageRun]]) -> Callable[[Path], int]:
+    """Sort key of stage directories for export, furthest along first: a planned stage by the
+    plan's own Stage (a judge the plan starts from RFT's actor, not from value pretraining,
+    counts as such), any other by its name."""
+    planned = {run.stage_dir: run.stage for chain in chains for run in chain}
+    return lambda stage_dir: -depth(planned.get(stage_dir, stage_dir.name))
 
 
 def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, dtype: str = "float32",
@@ -563,8 +573,9 @@ def export(chains: list[list[StageRun]], out: Path, dest: Path, max_bytes: int, 
     ``moments``; they resume there), then the weights that stages not yet started start from
     (in ``dtype``), in each group the stages furthest along first. Says which were left out (the
     next machine runs them again)."""
-    stopped = sorted(family_state.stopped_stages(chains, DONE), key=lambda d: -depth(d.name))
-    needed = sorted(family_state.starts_needed(chains, DONE, ACTOR_ONLY), key=lambda d: -depth(d.name))
+    rank = export_rank(chains)
+    stopped = sorted(family_state.stopped_stages(chains, DONE), key=rank)
+    needed = sorted(family_state.starts_needed(chains, DONE, ACTOR_ONLY), key=rank)
     manifest = family_state.export_weights(needed, out, dest, max_bytes=max_bytes, dtype=dtype, resumable=stopped,
                                            moments=moments)
     carried = {entry["stage"] for entry in manifest.values()}

@@ -469,6 +469,12 @@ def test_judge_stages_follow_the_ppo_stages_judge_their_start_actors_and_carry_t
     assert f"init_from={tmp_path / 'rft_actor_only' / 'actor_only.ckpt'}" in fp.stage_overrides(
         judge, tmp_path, "graduated", 0, fp.Settings(actor="/models/a"))
     assert fp.stages_for(["full", "no_value"], judge_starts=True)[-1].init == "value"
+    # Export ranks that judge by the plan's own stage: two stages before it (warm-up, RFT), not three.
+    (no_value_chain,) = fp.plan_chains(tmp_path / "nv", [0], ["graduated"], ["no_value"],
+                                       fp.Settings(actor="/models/a", judge_starts=True))
+    rank = fp.export_rank([no_value_chain])
+    assert [rank(r.stage_dir) for r in no_value_chain] == [0, -1, -2, -2]
+    assert fp.depth("judge_rft") == 3 and rank(tmp_path / "nv" / "graduated" / "seed0" / "rft_actor_only") == -1
     settings = fp.Settings(actor="/models/a", reward_stages="agentic", judge_starts=True)
     (chain,) = fp.plan_chains(tmp_path, [0], ["graduated", "binary"], ["full"], settings)
     judges = [r for r in chain if r.stage.judge]
