@@ -145,7 +145,8 @@ class Settings:
     # Episodes per held-out task in each validation.
     val_samples: int = 1
     # Temperature of held-out episodes (None: the rollouts'; 0: greedy, the measure without
-    # sampling noise: one path per task, the same for the same actor).
+    # sampling noise: one episode per task; the same actor's replies part only where measured
+    # times in the tool outputs differ).
     val_temperature: Optional[float] = None
     max_turns: int = 10
     max_new_tokens: int = 2048
@@ -506,8 +507,8 @@ def parse_args(argv: Optional[list[str]] = None) -> argparse.Namespace:
     p.add_argument("--val-tasks", type=int, default=d.val_tasks, help="held-out tasks per validation (0: all 38)")
     p.add_argument("--val-samples", type=int, default=d.val_samples, help="episodes per held-out task per validation")
     p.add_argument("--val-temperature", type=float, default=d.val_temperature,
-                   help="temperature of held-out episodes (default: the rollouts'; 0: greedy, one noise-free "
-                        "episode per task: before/after differences are the policy's, not a re-roll's)")
+                   help="temperature of held-out episodes (default: the rollouts'; 0: greedy, one episode per task "
+                        "without sampling noise: before/after differences are the policy's, not a re-roll's)")
     p.add_argument("--max-turns", type=int, default=d.max_turns)
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="per reply")
     p.add_argument("--actor-lr", type=float, default=d.actor_lr, help="PPO actor learning rate")
