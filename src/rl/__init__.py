@@ -10,6 +10,7 @@ Everything is computed in float32, never mutates its inputs and runs on CPU or C
     gap    = logprob_mismatch(rollout_logp, logp, mask)          # log from the first step
     r_tok  = outcome_rewards(reward, mask)                       # scalar on the last policy token
     adv, ret = gae_through_tools(r_tok, values, mask, gamma=1.0, lam=0.95)   # tool tokens transparent
+    adv, ret = decoupled_gae(r_tok, values, mask, 1.0, actor_lam=1.0, critic_lam=0.95)  # one lambda per head
     adv    = masked_whiten(adv, mask)
     pg, s1 = policy_loss(logp, old_logp, adv, mask, clip_low=0.2, clip_high=0.28,
                          is_weights=truncated_is_weights(rollout_logp, old_logp, mask))  # TIS optional
@@ -21,12 +22,12 @@ Everything is computed in float32, never mutates its inputs and runs on CPU or C
 Modules: masked (sum/mean/var/whiten over a mask), advantages (outcome rewards, GAE), losses
 (surrogate, value loss, KL), logits (log-probs, entropy), metrics (explained variance, mismatch).
 """
-from .advantages import gae_through_tools, outcome_rewards
+from .advantages import decoupled_gae, gae_through_tools, outcome_rewards
 from .logits import entropy_from_logits, token_logprobs
 from .losses import KL_ESTIMATORS, kl_penalty, policy_loss, value_loss
 from .masked import masked_mean, masked_sum, masked_var, masked_whiten
 from .metrics import explained_variance, logprob_mismatch, truncated_is_weights
 
-__all__ = ["gae_through_tools", "outcome_rewards", "entropy_from_logits", "token_logprobs", "KL_ESTIMATORS",
+__all__ = ["decoupled_gae", "gae_through_tools", "outcome_rewards", "entropy_from_logits", "token_logprobs", "KL_ESTIMATORS",
            "kl_penalty", "policy_loss", "value_loss", "masked_mean", "masked_sum", "masked_var", "masked_whiten",
            "explained_variance", "logprob_mismatch", "truncated_is_weights"]

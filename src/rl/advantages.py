@@ -106,3 +106,21 @@ def gae_through_tools(token_rewards: torch.Tensor, values: torch.Tensor, policy_
     advantages = torch.zeros_like(v).scatter(1, order, adv_c)
     advantages = on_mask(advantages, m)
     return advantages, on_mask(advantages + v, m)
+
+
+def decoupled_gae(token_rewards: torch.Tensor, values: torch.Tensor, policy_mask: torch.Tensor,
+                  gamma: float = 1.0, actor_lam: float = 0.95,
+                  critic_lam: float = 0.95) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(advantages at actor_lam, value targets at critic_lam)``: GAE with one lambda per head.
+
+    Why two: at lambda < 1 an outcome reward on a long row's last token reaches a token n policy
+    tokens earlier only as ``lam**n`` times the reward; the rest of that token's advantage is the
+    critic's own differences. With a critic that explains little (a short value pretraining), the
+    early tokens that choose what the reply does are credited with the critic's noise. The actor
+    at lambda 1 gets ``A_t = R - V(s_t)`` on every token (the critic only as a baseline) while the
+    critic keeps its own targets (decoupled GAE, as in VC-PPO and VAPO). Equal lambdas: one GAE.
+    """
+    advantages, returns = gae_through_tools(token_rewards, values, policy_mask, gamma, critic_lam)
+    if actor_lam != critic_lam:
+        advantages, _ = gae_through_tools(token_rewards, values, policy_mask, gamma, actor_lam)
+    return advantages, returns

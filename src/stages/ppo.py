@@ -16,7 +16,7 @@ import lightning.pytorch as pl
 import torch
 
 from src.data.batch import RolloutBatch
-from src.rl import (explained_variance, gae_through_tools, kl_penalty, logprob_mismatch, masked_mean,
+from src.rl import (decoupled_gae, explained_variance, kl_penalty, logprob_mismatch, masked_mean,
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
 from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to, peak_memory_gb, step_uncounted,
@@ -31,7 +31,8 @@ class PPOStage(pl.LightningModule):
 
     def __init__(self, actor: torch.nn.Module, critic: torch.nn.Module, agent: Any,
                  actor_optimizer: OptimizerFactory, critic_optimizer: OptimizerFactory, sampling: dict,
-                 gamma: float = 1.0, lam: float = 0.95, clip_low: float = 0.2, clip_high: float = 0.28,
+                 gamma: float = 1.0, lam: float = 0.95, actor_lam: Optional[float] = None,
+                 clip_low: float = 0.2, clip_high: float = 0.28,
                  value_clip: Optional[float] = None, kl_coef: float = 0.0, kl_estimator: str = "k3",
                  entropy_coef: float = 0.0, whiten_advantages: bool = True, ppo_epochs: int = 1,
                  mini_batches: int = 1, micro_batch_size: int = 0, max_grad_norm: float = 1.0,
@@ -42,6 +43,8 @@ class PPOStage(pl.LightningModule):
         self.actor_optimizer, self.critic_optimizer = actor_optimizer, critic_optimizer
         self.sampling = dict(sampling)
         self.gamma, self.lam, self.clip_low, self.clip_high = gamma, lam, clip_low, clip_high
+        # The actor's GAE lambda (None: the critic's, one GAE as in the paper).
+        self.actor_lam = lam if actor_lam is None else actor_lam
         self.value_clip, self.kl_coef, self.kl_estimator = value_clip, kl_coef, kl_estimator
         self.entropy_coef, self.whiten_advantages = entropy_coef, whiten_advantages
         self.ppo_epochs, self.mini_batches, self.micro_batch_size = ppo_epochs, mini_batches, micro_batch_size
@@ -155,7 +158,7 @@ class PPOStage(pl.LightningModule):
         for _ in range(self.ppo_epochs):
             order = order[torch.randperm(len(batch))] if self.ppo_epochs > 1 or self.mini_batches > 1 else order
             for chunk in order.chunk(max(1, min(self.mini_batches, len(batch)))):
-                for key, value in self.update(prepared, chunk).items():
+                for key, value in self.update(prepared, chunk, counted=updates == 0).items():
                     sums[key] = sums.get(key, 0.0) + value
                 updates += 1
         stats = {key: value / max(updates, 1) for key, value in sums.items()}
@@ -177,7 +180,7 @@ class PPOStage(pl.LightningModule):
         old_logprobs, values = torch.cat(old_logprobs), torch.cat(values)
         mask = batch.policy_mask
         rewards = outcome_rewards(batch.rewards, mask)
-        advantages, returns = gae_through_tools(rewards, values, mask, self.gamma, self.lam)
+        advantages, returns = decoupled_gae(rewards, values, mask, self.gamma, self.actor_lam, self.lam)
         if self.whiten_advantages:
             advantages = masked_whiten(advantages, mask)
         mismatch = logprob_mismatch(batch.rollout_logprobs, old_logprobs, mask)
@@ -192,8 +195,11 @@ class PPOStage(pl.LightningModule):
                 "returns": returns, "ref_logprobs": torch.cat(ref_logprobs) if ref_logprobs else None,
                 "is_weights": is_weights, "stats": stats}
 
-    def update(self, prepared: dict[str, Any], rows: torch.Tensor) -> dict[str, float]:
-        """One optimiser step of actor and critic over ``rows`` of the prepared batch."""
+    def update(self, prepared: dict[str, Any], rows: torch.Tensor, counted: bool = True) -> dict[str, float]:
+        """One optimiser step of actor and critic over ``rows`` of the prepared batch. Only the
+        rollout batch's first update is ``counted`` in ``trainer.global_step``: a training step is
+        one rollout batch however many epochs and mini-batches update on it, so ``max_steps``,
+        validation and checkpoint intervals keep meaning rollout steps."""
         actor_opt, critic_opt = self.optimizers()
         batch: RolloutBatch = prepared["batch"]
         total_tokens = float(batch.policy_mask[rows].sum().clamp(min=1))
@@ -229,7 +235,10 @@ class PPOStage(pl.LightningModule):
                 stats[key] = stats.get(key, 0.0) + float(value.detach() if torch.is_tensor(value) else value) * weight
         stats["actor/grad_norm"] = float(clip_grad_norm(self.actor, self.max_grad_norm))
         stats["critic/grad_norm"] = float(clip_grad_norm(self.critic, self.max_grad_norm))
-        actor_opt.step()
+        if counted:
+            actor_opt.step()
+        else:
+            step_uncounted(actor_opt)
         step_uncounted(critic_opt)
         actor_opt.zero_grad(set_to_none=True)
         critic_opt.zero_grad(set_to_none=True)

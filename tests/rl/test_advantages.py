@@ -8,7 +8,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from src.rl import gae_through_tools, outcome_rewards
+from src.rl import decoupled_gae, gae_through_tools, outcome_rewards
 from src.rl.advantages import SCAN_BLOCK
 
 GARBAGE = 1e6
@@ -164,3 +164,23 @@ class TestGaeThroughTools:
     def test_shape_mismatch_is_an_error(self):
         with pytest.raises(ValueError, match="shapes differ"):
             gae_through_tools(torch.zeros(2, 5), torch.zeros(2, 4), torch.ones(2, 5))
+
+
+class TestDecoupledGae:
+    # P a a o b : values 0.5, 0.2, 0.1 on a, a, b ; outcome 1 on b ; gamma 1.
+    def test_actor_and_critic_each_get_their_own_lambda(self):
+        mask, values = row_tensors("Paaob", [0.5, 0.2, 0.1])
+        rewards = outcome_rewards(torch.tensor([1.0]), mask)
+        adv, ret = decoupled_gae(rewards, values, mask, 1.0, actor_lam=1.0, critic_lam=0.0)
+        # Actor at lambda 1: A = R - V on every policy token.
+        assert_close(adv, torch.tensor([[0, 0.5, 0.8, 0, 0.9]]))
+        # Critic at lambda 0: one-step targets r + V(next policy token), 0 past the last.
+        assert_close(ret, torch.tensor([[0, 0.2, 0.1, 0, 1.0]]))
+
+    def test_equal_lambdas_are_the_one_gae(self):
+        mask, values = row_tensors("Paaob", [0.5, 0.2, 0.1])
+        rewards = outcome_rewards(torch.tensor([1.0]), mask)
+        one = gae_through_tools(rewards, values, mask, 1.0, 0.95)
+        both = decoupled_gae(rewards, values, mask, 1.0, 0.95, 0.95)
+        assert_close(both[0], one[0])
+        assert_close(both[1], one[1])

@@ -52,6 +52,7 @@ def test_experiment_paper_holds_the_papers_numbers():
     for name in ("warmup", "agentic_rl"):
         module = stage[name].stage.module
         assert (module.clip_low, module.clip_high) == (0.2, 0.28)
+        assert module.actor_lam is None  # one GAE for actor and critic, as the paper
         assert module.mini_batches == 1 and module.ppo_epochs == 1  # global batch = mini-batch
         # Not stated by the paper: our choices.
         assert (module.kl_coef, module.entropy_coef, module.value_clip) == (0.0, 0.0, None)
