@@ -64,7 +64,7 @@ def read_rows(path: Path) -> list[dict]:
 @torch.no_grad()
 def fit(critic: nn.Module, pad_id: int, rows: list[dict], lam: float) -> dict[str, float]:
     """Values of every row (one at a time: CPU memory), against outcome and GAE targets."""
-    values, outcomes, targets, masks, first = [], [], [], [], []
+    values, outcomes, targets, first = [], [], [], []
     for row in rows:
         batch = collate_rows([row], pad_id)
         mask = batch.policy_mask
@@ -73,9 +73,9 @@ def fit(critic: nn.Module, pad_id: int, rows: list[dict], lam: float) -> dict[st
         values.append(v[mask.bool()])
         targets.append(returns[mask.bool()])
         outcomes.append(torch.full_like(values[-1], float(row["reward"])))
-        masks.append(torch.ones_like(values[-1]))
         first.append((float(values[-1][0]), float(row["reward"])))
-    v, o, g, m = (torch.cat(x)[None] for x in (values, outcomes, targets, masks))
+    v, o, g = (torch.cat(x)[None] for x in (values, outcomes, targets))
+    m = torch.ones_like(v)  # the tokens kept are the policy tokens
     firsts = torch.tensor(first)
     corr = torch.corrcoef(firsts.T)[0, 1] if len(first) > 1 else torch.tensor(math.nan)
     return {"episodes": len(rows), "tokens": int(m.sum()), "ev_outcome": float(explained_variance(v, o, m)),
