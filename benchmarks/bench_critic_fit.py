@@ -28,11 +28,13 @@ from pathlib import Path
 
 import torch
 from torch import nn
+from transformers import AutoConfig, AutoModelForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from src.data.batch import collate_rows  # noqa: E402
 from src.models import build_critic, load_actor  # noqa: E402
+from src.models.actor import Actor, load_tokenizer  # noqa: E402
 from src.rl import explained_variance, gae_through_tools, masked_mean, outcome_rewards  # noqa: E402
 from src.stages.common import load_init  # noqa: E402
 
@@ -45,9 +47,23 @@ class Parts(nn.Module):
         self.actor, self.critic = actor, critic
 
 
+# The files of a Hugging Face directory that hold weights.
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
+
+
+def stage_actor(actor_dir: Path) -> Actor:
+    """The stage's exported actor, or, where its directory keeps only config and tokenizer (a stage
+    returned from a device call or unpacked from a carry: the weights travel in the checkpoint),
+    the same architecture with placeholder weights, which load_init then replaces whole."""
+    if any((actor_dir / name).exists() for name in WEIGHT_FILES):
+        return load_actor(str(actor_dir))
+    model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(actor_dir))
+    return Actor(model, load_tokenizer(str(actor_dir)), f"{actor_dir} (config only)")
+
+
 def load_critic(stage: Path) -> tuple[nn.Module, int]:
     """The stage's critic (its checkpoint's weights over the stage's exported actor config)."""
-    actor = load_actor(str(stage / "actor"))
+    actor = stage_actor(stage / "actor")
     parts = Parts(actor, build_critic(actor))
     load_init(parts, stage, need=("critic",))
     return parts.critic.eval(), actor.tokenizer.pad_token_id

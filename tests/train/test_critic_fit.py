@@ -62,3 +62,29 @@ def test_unusable_input_is_refused_with_the_reason(constant_critic_stage, tmp_pa
     empty.write_text(json.dumps({"token_ids": [1, 2], "loss_mask": [0, 0], "reward": 1.0}) + "\n")
     with pytest.raises(SystemExit, match="no trajectory rows with token ids and policy tokens"):
         bench_critic_fit.main(["--stage", str(constant_critic_stage), "--trajectories", str(empty)])
+
+
+def test_a_stage_without_the_actor_weights_reads_the_critic_from_its_checkpoint(tiny_model_dir, tmp_path):
+    """A stage returned from a device call keeps actor/ as config and tokenizer only: the critic,
+    backbone and head, must still be the checkpoint's (the same values as with the weights there)."""
+    stage = tmp_path / "value"
+    shutil.copytree(tiny_model_dir, stage / "actor")
+    actor = load_actor(str(tiny_model_dir))
+    parts = bench_critic_fit.Parts(actor, build_critic(actor))
+    with torch.no_grad():  # values that depend on every backbone weight, unlike the zero head's
+        torch.manual_seed(0)
+        parts.critic.value_head.weight.normal_()
+        for param in parts.critic.parameters():
+            param.add_(0.01 * torch.randn_like(param))
+    (stage / "checkpoints").mkdir()
+    torch.save({"state_dict": parts.state_dict()}, stage / "checkpoints" / "last.ckpt")
+    rows = bench_critic_fit.read_rows(write_rows(tmp_path / "train.jsonl", [-1.0, 1.0, 3.0]))
+    with_weights = bench_critic_fit.fit(*bench_critic_fit.load_critic(stage), rows, 0.95)
+    weight_files = [f for f in (stage / "actor").iterdir() if f.name in bench_critic_fit.WEIGHT_FILES]
+    assert weight_files
+    for f in weight_files:
+        f.unlink()
+    config_only = bench_critic_fit.fit(*bench_critic_fit.load_critic(stage), rows, 0.95)
+    assert with_weights["value_mean"] != pytest.approx(0.0, abs=1e-3)
+    for key in ("value_mean", "ev_outcome", "first_token_corr"):
+        assert config_only[key] == pytest.approx(with_weights[key], rel=1e-5, abs=1e-6)
