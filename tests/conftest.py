@@ -62,6 +62,29 @@ def get_init_inputs():
 '''
 
 
+# Whether the session was given its gate folder (read before pytest_configure sets one; an
+# xdist worker inherits its controller's and reads True).
+GATE_DIR_GIVEN = bool(os.environ.get("CUDA_AGENT_GATE_DIR"))
+_own_gate_dir: list = []  # the folder pytest_configure made, removed at the session's end
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The suite's device gates (sandbox/gate.py) live in a folder of its own, unless
+    CUDA_AGENT_GATE_DIR names one: a family pipeline or benchmark on the same machine holds the
+    machine-wide CPU gate for minutes at a time, and tests queued behind it (one waited 20+
+    minutes) instead of running. Tests assert verdicts, not speed; to have the suite wait for
+    another job's timed sections anyway, set CUDA_AGENT_GATE_DIR to that job's folder. Set in
+    the controlling process only, so pytest-xdist workers and the suite's subprocesses inherit
+    one folder and still gate each other."""
+    from sandbox.gate import GATE_DIR_ENV
+
+    if not os.environ.get(GATE_DIR_ENV) and not os.environ.get("PYTEST_XDIST_WORKER"):
+        import tempfile
+
+        os.environ[GATE_DIR_ENV] = tempfile.mkdtemp(prefix="cuda-agent-test-gates-")
+        _own_gate_dir.append(os.environ[GATE_DIR_ENV])
+
+
 # A test process that hangs after its summary (seen once with pytest-xdist on the GPU host) says
 # why: with CUDA_AGENT_TEST_EXIT_REPORT=PREFIX set, a process still alive EXIT_REPORT_AFTER_S after
 # its session ended writes every thread's stack, and its live threads and descendants, to
@@ -71,6 +94,10 @@ _exit_report: list = []  # the open report file (faulthandler writes to it later
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
+    if _own_gate_dir:
+        import shutil
+
+        shutil.rmtree(_own_gate_dir.pop(), ignore_errors=True)
     prefix = os.environ.get("CUDA_AGENT_TEST_EXIT_REPORT")
     if not prefix:
         return
