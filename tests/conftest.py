@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 import pytest
 
+from sandbox.gate import GATE_DIR_ENV
 from src.entry import register_resolvers
 
 # Tests compose the Hydra configs directly: they need the resolvers the entry scripts register.
@@ -64,7 +65,7 @@ def get_init_inputs():
 
 # Whether the session was given its gate folder (read before pytest_configure sets one; an
 # xdist worker inherits its controller's and reads True).
-GATE_DIR_GIVEN = bool(os.environ.get("CUDA_AGENT_GATE_DIR"))
+GATE_DIR_GIVEN = bool(os.environ.get(GATE_DIR_ENV))
 _own_gate_dir: list = []  # the folder pytest_configure made, removed at the session's end
 
 
@@ -76,8 +77,6 @@ def pytest_configure(config: pytest.Config) -> None:
     another job's timed sections anyway, set CUDA_AGENT_GATE_DIR to that job's folder. Set in
     the controlling process only, so pytest-xdist workers and the suite's subprocesses inherit
     one folder and still gate each other."""
-    from sandbox.gate import GATE_DIR_ENV
-
     if not os.environ.get(GATE_DIR_ENV) and not os.environ.get("PYTEST_XDIST_WORKER"):
         import tempfile
 
