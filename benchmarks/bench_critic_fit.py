@@ -33,7 +33,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from src.data.batch import collate_rows  # noqa: E402
-from src.models import build_critic, load_actor  # noqa: E402
+from src.models import build_critic  # noqa: E402
 from src.models.actor import Actor, load_tokenizer  # noqa: E402
 from src.rl import explained_variance, gae_through_tools, masked_mean, outcome_rewards  # noqa: E402
 from src.stages.common import load_init  # noqa: E402
@@ -47,23 +47,18 @@ class Parts(nn.Module):
         self.actor, self.critic = actor, critic
 
 
-# The files of a Hugging Face directory that hold weights.
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin", "pytorch_model.bin.index.json")
-
-
-def stage_actor(actor_dir: Path) -> Actor:
-    """The stage's exported actor, or, where its directory keeps only config and tokenizer (a stage
-    returned from a device call or unpacked from a carry: the weights travel in the checkpoint),
-    the same architecture with placeholder weights, which load_init then replaces whole."""
-    if any((actor_dir / name).exists() for name in WEIGHT_FILES):
-        return load_actor(str(actor_dir))
+def stage_architecture(actor_dir: Path) -> Actor:
+    """The stage's actor architecture and tokenizer from its exported config, weights left as
+    placeholders: load_init replaces every critic weight from the checkpoint (a missing one is an
+    error), so whether ``actor_dir`` also holds model files (a stage returned from a device call
+    or unpacked from a carry does not: its weights travel in the checkpoint) does not matter."""
     model = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(actor_dir))
-    return Actor(model, load_tokenizer(str(actor_dir)), f"{actor_dir} (config only)")
+    return Actor(model, load_tokenizer(str(actor_dir)), f"{actor_dir} (architecture)")
 
 
 def load_critic(stage: Path) -> tuple[nn.Module, int]:
     """The stage's critic (its checkpoint's weights over the stage's exported actor config)."""
-    actor = stage_actor(stage / "actor")
+    actor = stage_architecture(stage / "actor")
     parts = Parts(actor, build_critic(actor))
     load_init(parts, stage, need=("critic",))
     return parts.critic.eval(), actor.tokenizer.pad_token_id
@@ -110,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     for path in [args.stage, *args.trajectories]:
         if not path.exists():
             parser.error(f"{path}: no such file or directory")
+    if not (args.stage / "actor" / "config.json").is_file():
+        parser.error(f"{args.stage}: no actor/config.json (the stage's exported actor: its architecture)")
     critic, pad_id = load_critic(args.stage)
     results = {"stage": str(args.stage), "lam": args.lam, "files": {}}
     for path in args.trajectories:
