@@ -126,6 +126,22 @@ def test_lora_model_group_trains_adapters_only(compose_train, tmp_path, tiny_mod
     assert any("lora_A" in k for k in actor)
 
 
+def test_rollouts_sampled_colder_are_trained_at_their_temperature(compose_train, tmp_path):
+    """sampling.temperature below 1 (the family's rollouts, where T = 1 derails a small model's
+    long replies): the rows record it and the update's log-probs are taken at it, so the
+    trainer's old log-probs agree with the sampler's (at T = 1 they would differ by the
+    temperature's whole effect)."""
+    from train import train
+
+    run = tmp_path / "cold"
+    train(compose_train("stage=agentic_rl", "trainer.max_steps=1", "sampling.temperature=0.5", out_dir=run))
+    episodes = [json.loads(line) for line in (run / "rollouts" / "train.jsonl").read_text().splitlines()]
+    assert episodes and {e["sampling"]["temperature"] for e in episodes} == {0.5}
+    _, rows = metric_columns(run)
+    mismatch = [float(r["actor/logprob_mismatch"]) for r in rows if r.get("actor/logprob_mismatch")]
+    assert mismatch and max(mismatch) < 1e-3
+
+
 def test_unusable_input_is_one_clear_error(compose_train, tmp_path, monkeypatch):
     from src.data.tasks import TaskSetError
     from src.models import ModelLoadError
