@@ -55,9 +55,10 @@ class ActorOnly(nn.Module):
         self.actor = actor
 
 
-def load_stage_actor(stage: Path) -> Actor:
-    """The stage's actor: its exported config's architecture, every weight from its checkpoint."""
-    actor = stage_architecture(stage / "actor")
+def load_stage_actor(stage: Path, config: Path | None = None) -> Actor:
+    """The stage's actor: the architecture of its exported config (or of ``config``, for a stage
+    stopped before it exported one), every weight from its checkpoint."""
+    actor = stage_architecture(config or stage / "actor")
     load_init(ActorOnly(actor), stage, need=("actor",), fresh=("critic",))
     return actor.eval()
 
@@ -162,6 +163,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--stage", type=Path, action="append", required=True,
                         help="a stage directory with actor/config.json and checkpoints/ (repeat)")
+    parser.add_argument("--config", type=Path,
+                        help="an actor directory whose config.json and tokenizer every stage's checkpoint fits "
+                             "(default: each stage's actor/; a stage stopped midway has none yet)")
     parser.add_argument("--prompts", type=Path, required=True, help="a rollouts jsonl of the tasks to score")
     parser.add_argument("--tasks", type=Path, required=True, help="the family tasks parquet (their specs)")
     parser.add_argument("--backend", choices=("cpu", "cuda"), default="cpu", help="whose openings (the teacher's)")
@@ -169,17 +173,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=38, help="episodes scored for deviations (0: none)")
     parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
-    for path in [*args.stage, args.prompts, args.tasks]:
+    for path in [*args.stage, args.prompts, args.tasks, *([args.config] if args.config else [])]:
         if not path.exists():
             parser.error(f"{path}: no such file or directory")
-    for stage in args.stage:
-        if not (stage / "actor" / "config.json").is_file():
-            parser.error(f"{stage}: no actor/config.json (the stage's exported actor: its architecture)")
+    for actor_dir in [args.config] if args.config else [stage / "actor" for stage in args.stage]:
+        if not (actor_dir / "config.json").is_file():
+            parser.error(f"{actor_dir}: no config.json (the stage's exported actor: its architecture; "
+                         "--config DIR gives it for a stage stopped midway)")
     rows = read_episodes(args.prompts)
     specs = task_specs(args.tasks, list(task_prompts(rows)))
     results = {"prompts": str(args.prompts), "temperatures": args.temperatures, "stages": {}}
     for stage in args.stage:
-        found = measure(load_stage_actor(stage), rows, specs, args.backend, args.temperatures, args.episodes)
+        actor = load_stage_actor(stage, args.config)
+        found = measure(actor, rows, specs, args.backend, args.temperatures, args.episodes)
         results["stages"][str(stage)] = found
         print(json.dumps({"stage": str(stage), **{k: v for k, v in found.items() if k != "per_task"}}), flush=True)
     if args.out:

@@ -102,6 +102,28 @@ def test_expected_deviations_count_the_policy_tokens_at_each_temperature(stage, 
     assert 0 < found[1] < found[0] < len(ids)  # a colder sample leaves the greedy path less often
 
 
+def test_a_stage_stopped_before_its_export_is_read_with_another_directory_s_config(stage, tmp_path, capsys):
+    """A PPO stage stopped midway has a checkpoint but no actor/ yet: --config names a directory
+    with the architecture (the stage it started from), and the weights are still its own."""
+    stage_dir, _ = stage
+    stopped = tmp_path / "stopped"
+    shutil.copytree(stage_dir / "checkpoints", stopped / "checkpoints")
+    rows, tasks, _ = write_inputs(tmp_path, [7, 8, 9])
+    base = ["--prompts", str(rows), "--tasks", str(tasks), "--episodes", "1"]
+    with pytest.raises(SystemExit) as no_config:
+        bench_plan_choice.main(["--stage", str(stopped), *base])
+    assert no_config.value.code == 2 and "--config DIR" in capsys.readouterr().err
+    out_exported, out_stopped = tmp_path / "exported.json", tmp_path / "stopped.json"
+    assert bench_plan_choice.main(["--stage", str(stage_dir), *base, "--out", str(out_exported)]) == 0
+    assert bench_plan_choice.main(["--stage", str(stopped), "--config", str(stage_dir / "actor"), *base,
+                                   "--out", str(out_stopped)]) == 0
+    exported = json.loads(out_exported.read_text())["stages"][str(stage_dir)]
+    found = json.loads(out_stopped.read_text())["stages"][str(stopped)]
+    assert found["per_task"][TASK]["1.0"] == pytest.approx(exported["per_task"][TASK]["1.0"])
+    assert found["by_temperature"]["1.0"]["deviations_mean"] == pytest.approx(
+        exported["by_temperature"]["1.0"]["deviations_mean"])
+
+
 def test_unusable_input_is_refused_with_the_reason(stage, tmp_path, capsys):
     stage_dir, _ = stage
     rows, tasks, _ = write_inputs(tmp_path, [7, 8])
