@@ -152,6 +152,32 @@ def measure(actor: Actor, rows: list[dict], specs: dict[str, ChainSpec], backend
     return out
 
 
+def plot(results: dict, path: Path) -> None:
+    """One panel per temperature: each stage's mean P(plan) over the tasks, stacked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    temps = [str(t) for t in results["temperatures"]]
+    labels = [Path(stage).parent.name + "/" + Path(stage).name for stage in results["stages"]]
+    fig, axes = plt.subplots(1, len(temps), figsize=(3 + 2.2 * len(labels) * len(temps) / 2, 3.6), squeeze=False)
+    for ax, t in zip(axes[0], temps):
+        bottom = [0.0] * len(labels)
+        for plan, colour in zip(PLANS, ("tab:red", "tab:orange", "tab:green")):
+            heights = [found["by_temperature"][t]["p_plan"][plan] for found in results["stages"].values()]
+            ax.bar(labels, heights, bottom=bottom, color=colour, label=plan)
+            bottom = [b + h for b, h in zip(bottom, heights)]
+        ax.set_title(f"T = {t}")
+        ax.set_ylim(0, 1)
+        ax.set_ylabel("mean P(plan) over tasks")
+        ax.tick_params(axis="x", rotation=30)
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1, 1))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def parse_temperatures(text: str) -> list[float]:
     values = [float(x) for x in text.split(",") if x.strip()]
     if not values or min(values) <= 0:
@@ -172,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--temperatures", type=parse_temperatures, default=[1.0], help="comma-separated, > 0")
     parser.add_argument("--episodes", type=int, default=38, help="episodes scored for deviations (0: none)")
     parser.add_argument("--out", type=Path, help="write the results here as JSON")
+    parser.add_argument("--plot", type=Path, help="write a PNG of each stage's P(plan) per temperature here")
     args = parser.parse_args(argv)
     for path in [*args.stage, args.prompts, args.tasks, *([args.config] if args.config else [])]:
         if not path.exists():
@@ -190,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"stage": str(stage), **{k: v for k, v in found.items() if k != "per_task"}}), flush=True)
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
+    if args.plot:
+        plot(results, args.plot)
     return 0
 
 

@@ -23,13 +23,18 @@ carries the tracked files: data/family/carry/README.md says which commit holds w
 
 Places are read in the order given, --from before --add, oldest first: a stage in several places
 is taken from the last one, except that a finished stage (pipeline_done.json) is never replaced by
-one that is not. A stage's weights come from the place its files were taken from. Says how much
+one that is not. A stage's weights come from the place its files were taken from. ``--anew
+agentic_full`` leaves every seed's run of that stage out, so that the plan runs it again from the
+same start (a new arm of PPO from the same value stages: other settings, more steps); the start
+validation it judged is banked as ``agentic_full.start`` (family_pipeline reads it instead of
+judging the same actor again: a call on another kind of host should remove it). Says how much
 the call would carry with the tracked files and exits 1 when that is over what a call may carry
 (64 MiB), 2 with one line for a place that cannot be read.
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import io
 import shutil
 import subprocess
@@ -90,6 +95,44 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
     into.mkdir(parents=True, exist_ok=True)
     (into / JOURNAL).write_text("".join(line + "\n" for line in journal))
     return taken
+
+
+def bank_start_rows(stage_dir: Path) -> bool:
+    """Keep ``stage_dir``'s start validation (its metrics rows at step -1) as ``<stage>.start/
+    metrics.csv``, family_pipeline's banked start, unless one is banked already; the rows after
+    it belong to the run being set aside and are left out. Returns whether a start is banked."""
+    kept = fp.banked_start(stage_dir)
+    if fp.has_start_validation(kept):
+        return True
+    if not fp.has_start_validation(stage_dir):
+        return False
+    with open(stage_dir / "metrics.csv", newline="") as f:
+        reader = csv.DictReader(f)
+        header, rows = reader.fieldnames, [r for r in reader if r.get("step") and float(r["step"]) == -1]
+    kept.mkdir(exist_ok=True)
+    with open(kept / "metrics.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=header)
+        writer.writeheader()
+        writer.writerows(rows)
+    return True
+
+
+def set_aside_anew(out: Path, stages: list[str]) -> list[str]:
+    """Every seed's run of each stage named in ``stages`` leaves the merged runs (it stays in the
+    place it came from), so that the plan runs it again from the same start: a new arm (other
+    settings, more steps) without another judging of that start, whose validation is banked
+    (bank_start_rows). Returns the stages set aside, relative to ``out``."""
+    gone = []
+    for name in stages:
+        for stage_dir in sorted(p for p in out.glob(f"*/seed*/{name}") if p.is_dir()):
+            banked = bank_start_rows(stage_dir)
+            shutil.rmtree(stage_dir)
+            (stage_dir.parent / f"{name}.killed.log").unlink(missing_ok=True)
+            rel = stage_dir.relative_to(out).as_posix()
+            gone.append(rel)
+            print(f"family_carry: {rel} set aside to run anew"
+                  f"{'; its start validation banked as ' + name + fp.BANKED_START if banked else ''}", file=sys.stderr)
+    return gone
 
 
 def state_folder(spec: str, tmp: Path) -> Path:
@@ -165,6 +208,9 @@ def parse_args(argv: Optional[list[str]]) -> tuple[argparse.Namespace, argparse.
     p.add_argument("--replacing", default="data/family/carry",
                    help="the tracked folder the new carry takes the place of (its files are not counted in the "
                         "call's size; '' counts every tracked file)")
+    p.add_argument("--anew", action="append", default=[], metavar="STAGE",
+                   help="a stage name (e.g. agentic_full) whose runs in the places are left out, so that the plan "
+                        "runs it again from the same start, its start validation banked; repeatable")
     p.add_argument("--with", dest="also", action="append", default=None,
                    help="other paths the call carries, counted in its size; repeatable (default: .whl)")
     args, plan = p.parse_known_args(argv)
@@ -193,6 +239,8 @@ def main(argv: Optional[list[str]] = None) -> int:
                 if not runs.is_dir():
                     raise family_state.StateError(f"--add {runs}: not a directory")
             taken = merge_runs(unpacked + added, out)
+            for rel in set_aside_anew(out, args.anew):
+                taken.pop(rel, None)
             for runs in unpacked:
                 if (runs.parent / "baselines").is_dir():
                     shutil.copytree(runs.parent / "baselines", work / "baselines", dirs_exist_ok=True)

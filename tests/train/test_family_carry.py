@@ -3,6 +3,8 @@ call returned and runs made on another machine, with the weights that the stages
 start from and nothing else."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import sys
 import tarfile
@@ -161,3 +163,47 @@ def test_a_carry_committed_and_replaced_since_is_read_from_history_with_a_stoppe
     assert "with .whl and the tracked files but carry" in capsys.readouterr().out
     assert family_carry.main(["--from", "git:HEAD~5:carry", "--to", str(tmp_path / "x"), *PLAN]) == 2
     assert "git cannot give it" in capsys.readouterr().err
+
+
+def test_anew_runs_a_stage_again_from_the_same_start_with_its_start_validation_banked(tmp_path, capsys):
+    """A new arm of PPO from the value stages an earlier arm started from: seed 0's finished PPO
+    stage (it judged its start) and seed 1's stopped one (its start banked already) leave the
+    carry, seed 0's start validation is banked without the rows of the run set aside, and the
+    weights carried are the value stages' (what the new runs start from), not the old PPO's."""
+    from .test_family_state import stopped_stage
+
+    runs = tmp_path / "gpu" / "runs"
+    for seed in (0, 1):
+        for rel in ("warmup", "rft", "value"):
+            finished_stage(runs, f"graduated/seed{seed}/{rel}", seed=seed)
+    ppo0 = finished_stage(runs, "graduated/seed0/agentic_full", seed=5)
+    write_metrics_csv(ppo0, [{"step": -1, "val/reward_mean": 1.9}, {"step": 0, "rollout/reward_mean": 0.5},
+                             {"step": 2, "val/reward_mean": 2.1}])
+    (runs / "graduated/seed0/agentic_full.killed.log").write_text("stopped at the call's limit\n")
+    ppo1, _ = stopped_stage(runs, "graduated/seed1/agentic_full")
+    write_metrics_csv(ppo1, [{"step": 0, "rollout/reward_mean": 0.1}])
+    write_metrics_csv(runs / "graduated/seed1/agentic_full.start", [{"step": -1, "val/reward_mean": 0.9}])
+    fs.export_weights([runs / f"graduated/seed{s}/value" for s in (0, 1)], runs, tmp_path / "returned",
+                      dtype="float16", resumable=[ppo1])
+    returned = state(tmp_path / "returned", runs, {})
+    plan = [*PLAN, "--seeds", "0,1", "--export-dtype", "float16"]
+
+    as_is = tmp_path / "as_is"
+    assert family_carry.main(["--from", str(returned), "--to", str(as_is), "--with", str(tmp_path / "none"),
+                              *plan]) == 0
+    assert {e["stage"] for e in fs.read_manifest(as_is).values()} == {"graduated/seed1/agentic_full"}
+
+    dest = tmp_path / "anew"
+    assert family_carry.main(["--from", str(returned), "--to", str(dest), "--with", str(tmp_path / "none"),
+                              "--anew", "agentic_full", *plan]) == 0
+    err = capsys.readouterr().err
+    assert "graduated/seed0/agentic_full set aside to run anew; its start validation banked" in err
+    assert {e["stage"] for e in fs.read_manifest(dest).values()} == {"graduated/seed0/value", "graduated/seed1/value"}
+    with tarfile.open(dest / family_carry.BUNDLE) as tar:
+        names = set(tar.getnames())
+        banked0 = tar.extractfile("runs/graduated/seed0/agentic_full.start/metrics.csv").read().decode()
+        banked1 = tar.extractfile("runs/graduated/seed1/agentic_full.start/metrics.csv").read().decode()
+    assert not [n for n in names if "/agentic_full/" in n or n.endswith(("/agentic_full", "agentic_full.killed.log"))]
+    rows = lambda text: [{k: v for k, v in r.items() if v} for r in csv.DictReader(io.StringIO(text))]  # noqa: E731
+    assert rows(banked0) == [{"step": "-1", "val/reward_mean": "1.9"}]  # the start's row only
+    assert rows(banked1) == [{"step": "-1", "val/reward_mean": "0.9"}]  # banked earlier: kept as it was

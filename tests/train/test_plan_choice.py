@@ -62,7 +62,9 @@ def test_plan_probabilities_are_the_checkpoint_s_log_probs_after_the_task_s_prom
     rows, tasks, prompt = write_inputs(tmp_path, [7, 8, 9])
     out = tmp_path / "plan.json"
     assert bench_plan_choice.main(["--stage", str(stage_dir), "--prompts", str(rows), "--tasks", str(tasks),
-                                   "--temperatures", "1,0.5", "--episodes", "0", "--out", str(out)]) == 0
+                                   "--temperatures", "1,0.5", "--episodes", "0", "--out", str(out),
+                                   "--plot", str(tmp_path / "plan.png")]) == 0
+    assert (tmp_path / "plan.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     found = json.loads(out.read_text())["stages"][str(stage_dir)]
     openings = bench_plan_choice.openings(ChainSpec.from_json(json.dumps(SPEC)), "cpu")
     assert openings["vectorised"].startswith("The task: ") and "SIMD" in openings["vectorised"]
