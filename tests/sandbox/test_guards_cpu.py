@@ -812,6 +812,8 @@ STATIC_SIGNALS = {
     # Verified calls used to come in quick succession; now timed and verified calls alike do.
     "slow_succession": ("_gap() > 0.02", "trial "),
 }
+# Signals that depend on how fast the machine runs the calls (a loaded CI machine spaces them out).
+LOAD_SENSITIVE = {"slow_succession"}
 STATIC_PREAMBLE = """
 import time
 
@@ -834,6 +836,11 @@ def _watched(a, b):
     workspace=True)
 @pytest.mark.parametrize("signal", list(STATIC_SIGNALS))
 def test_signals_of_the_old_verified_calls_give_garbage_in_a_verified_call(verdict, signal):
+    if signal in LOAD_SENSITIVE and verdict["error"] == "violation":
+        # On a loaded machine the verified calls' gaps can pass the adversary's threshold too; its
+        # garbage then comes in a timed run, whose outputs are checked: caught all the same.
+        assert_violation(verdict, "timing_output_mismatch", "returned other outputs than the reference")
+        return
     assert_failed(verdict, "mismatch")
     detail = verdict["error_detail"]
     assert detail.startswith(STATIC_SIGNALS[signal][1]) and "after timing" not in detail, describe(verdict)
