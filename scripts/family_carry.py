@@ -124,7 +124,12 @@ def set_aside_anew(out: Path, stages: list[str]) -> list[str]:
     (bank_start_rows). Returns the stages set aside, relative to ``out``."""
     gone = []
     for name in stages:
-        for stage_dir in sorted(p for p in out.glob(f"*/seed*/{name}") if p.is_dir()):
+        runs = sorted(p for p in out.glob(f"*/seed*/{name}") if p.is_dir())
+        if not runs:
+            known = sorted({p.name for p in out.glob("*/seed*/*") if p.is_dir()})
+            raise family_state.StateError(f"--anew {name}: no run of that stage in the places (stages there: "
+                                          f"{', '.join(known) or 'none'})")
+        for stage_dir in runs:
             banked = bank_start_rows(stage_dir)
             shutil.rmtree(stage_dir)
             (stage_dir.parent / f"{name}.killed.log").unlink(missing_ok=True)

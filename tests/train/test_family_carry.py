@@ -193,6 +193,10 @@ def test_anew_runs_a_stage_again_from_the_same_start_with_its_start_validation_b
                               *plan]) == 0
     assert {e["stage"] for e in fs.read_manifest(as_is).values()} == {"graduated/seed1/agentic_full"}
 
+    assert family_carry.main(["--from", str(returned), "--to", str(tmp_path / "typo"), "--anew", "agentic_ful",
+                              *plan]) == 2
+    assert "--anew agentic_ful: no run of that stage in the places (stages there: agentic_full," in \
+        capsys.readouterr().err
     dest = tmp_path / "anew"
     assert family_carry.main(["--from", str(returned), "--to", str(dest), "--with", str(tmp_path / "none"),
                               "--anew", "agentic_full", *plan]) == 0
