@@ -38,7 +38,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_critic_fit import stage_architecture  # noqa: E402
+from bench_critic_fit import Parts, stage_architecture  # noqa: E402
 from data_gen.family import ChainSpec  # noqa: E402
 from src.agent.teacher import Script  # noqa: E402
 from src.models.actor import Actor  # noqa: E402
@@ -47,19 +47,11 @@ from src.stages.common import load_init  # noqa: E402
 PLANS = ("naive", "fused", "vectorised")
 
 
-class ActorOnly(nn.Module):
-    """The actor under the name a stage's checkpoint uses (its critic is not needed here)."""
-
-    def __init__(self, actor: Actor):
-        super().__init__()
-        self.actor = actor
-
-
 def load_stage_actor(stage: Path, config: Path | None = None) -> Actor:
     """The stage's actor: the architecture of its exported config (or of ``config``, for a stage
     stopped before it exported one), every weight from its checkpoint."""
     actor = stage_architecture(config or stage / "actor")
-    load_init(ActorOnly(actor), stage, need=("actor",), fresh=("critic",))
+    load_init(Parts(actor, None), stage, need=("actor",), fresh=("critic",))  # no critic needed
     return actor.eval()
 
 
