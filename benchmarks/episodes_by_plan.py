@@ -71,8 +71,10 @@ def opening_plan(row: dict, texts: dict[str, str]) -> str:
 
 
 def latest(rows: Sequence[dict], per_step: int | None) -> tuple[list[dict], list[int]]:
-    """One row per episode id (its last), then per step the last ``per_step`` rows; steps with
-    fewer are returned as partial and left out. ``per_step`` None keeps every step whole."""
+    """One row per episode id (its last), then per training step (ids ``train-...``) the last
+    ``per_step`` rows; training steps with fewer are returned as partial and left out. A
+    validation's episodes (their ids name each task, so a second judgement replaces the first)
+    and every step when ``per_step`` is None are kept whole."""
     last: dict[str, dict] = {}
     for row in rows:
         last.pop(row["episode_id"], None)
@@ -83,10 +85,11 @@ def latest(rows: Sequence[dict], per_step: int | None) -> tuple[list[dict], list
     kept, partial = [], []
     for step in sorted(by_step):
         group = by_step[step]
-        if per_step is not None and len(group) < per_step:
+        sampled = per_step is not None and group[0]["episode_id"].startswith("train-")
+        if sampled and len(group) < per_step:
             partial.append(step)
             continue
-        kept.extend(group[-per_step:] if per_step else group)
+        kept.extend(group[-per_step:] if sampled else group)
     return kept, partial
 
 
@@ -171,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     results: dict = {"files": {}}
     for path in args.rollouts:
         rows = read_rows(path)
-        kept, partial = latest(rows, None if path.name == "val.jsonl" or not args.per_step else args.per_step)
+        kept, partial = latest(rows, args.per_step or None)
         found = {"rows": len(rows), "kept": len(kept), "partial_steps": partial,
                  **summarise(kept, classify(kept, args.tasks, args.backend))}
         results["files"][str(path)] = found

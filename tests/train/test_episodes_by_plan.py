@@ -64,9 +64,10 @@ def test_a_resumed_run_counts_each_episode_once():
     judged_twice = [episode("val-s000003-r0-0000-fam_a", "fam_a", "", 1, True),
                     episode("val-s000003-r0-0001-fam_b", "fam_b", "", 2, True),
                     episode("val-s000003-r0-0000-fam_a", "fam_a", "", 3, True)]
-    kept, partial = ebp.latest(judged_twice, None)
-    assert sorted((r["task"], r["reward"]) for r in kept) == [("fam_a.py", 3), ("fam_b.py", 2)]
-    assert partial == []
+    for per_step in (None, 4):  # a validation is kept whole whatever a training step samples
+        kept, partial = ebp.latest(judged_twice, per_step)
+        assert sorted((r["task"], r["reward"]) for r in kept) == [("fam_a.py", 3), ("fam_b.py", 2)]
+        assert partial == []
     # step 0 stopped after 3 episodes, then sampled again whole (4 a step here); step 1 stopped
     stopped = [episode(f"train-s000000-r0-000{k}-fam_a", "fam_a", "", -1, False, step=0) for k in range(3)]
     whole = [episode(f"train-s000000-r0-000{k}-fam_b", "fam_b", "", 1, True, step=0) for k in range(4)]
