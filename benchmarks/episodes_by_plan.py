@@ -29,9 +29,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Iterable, Sequence
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_plan_choice import PLANS, openings, task_specs  # noqa: E402
+from src.evaluation.metrics import row_passed  # noqa: E402
 
 OTHER = "other"
 
@@ -94,7 +96,8 @@ def latest(rows: Sequence[dict], per_step: int | None) -> tuple[list[dict], list
 
 
 def correct(row: dict) -> bool:
-    return bool((row.get("final_measurement") or {}).get("correct"))
+    """Passed as the reward reads it (correct, no violation, no error): the evaluation's rule."""
+    return bool(row.get("final_measurement")) and row_passed(row["final_measurement"])
 
 
 def plan_stats(rows: Iterable[dict]) -> dict:

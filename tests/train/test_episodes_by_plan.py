@@ -35,7 +35,7 @@ def opening(task: str, plan: str) -> str:
 
 def episode(eid: str, task: str, reply: str, reward: float, right: bool, step: int | None = None) -> dict:
     row = {"episode_id": eid, "task": f"{task}.py", "reward": reward,
-           "final_measurement": {"correct": right},
+           "final_measurement": {"compiled": True, "correct": right, "violations": [], "error": None},
            "messages": [{"role": "system", "content": "s"}, {"role": "user", "content": "u"},
                         {"role": "assistant", "content": reply}, {"role": "tool", "content": "t"}]}
     if step is not None:
