@@ -19,6 +19,11 @@ attempt: the stopped one's episodes come first), and a step with fewer is left o
     # per task, two greedy judgements of the 38 held-out tasks (before and after PPO):
     python benchmarks/episodes_by_plan.py --tasks data/family/cpu/tasks.parquet \\
         --compare BEFORE/rollouts/val.jsonl AFTER/rollouts/val.jsonl
+    # stages trained on other rewards (binary, continuous), on one scale: --score graduated
+
+``--score REWARD`` reads every episode's reward again, by REWARD (sandbox.reward.REWARDS), from the
+measurement its own reward was taken from (``reward_source``: final or best; none: -1, as the
+stage's metrics count it), so that episodes judged under different rewards compare.
 """
 from __future__ import annotations
 
@@ -33,6 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_plan_choice import PLANS, openings, task_specs  # noqa: E402
+from sandbox.measurement import Measurement  # noqa: E402
+from sandbox.reward import reward_fn  # noqa: E402
 from src.evaluation.metrics import row_passed  # noqa: E402
 
 OTHER = "other"
@@ -44,6 +51,17 @@ def read_rows(path: Path) -> list[dict]:
     if not usable:
         raise SystemExit(f"{path}: no episode rows (episode_id, task, reward)")
     return usable
+
+
+def rescored(rows: Sequence[dict], reward: str) -> list[dict]:
+    """The rows with ``reward`` by the named reward of the measurement it was taken from."""
+    score = reward_fn(reward)
+
+    def one(row: dict) -> dict:
+        m = row.get(f"{row.get('reward_source', 'final')}_measurement")
+        return {**row, "reward": score(Measurement.from_dict(m)) if m else -1.0}
+
+    return [one(r) for r in rows]
 
 
 def task_name(row: dict) -> str:
@@ -167,23 +185,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-step", type=int, default=16,
                         help="episodes a training step samples (its last ones kept after a resume); "
                              "0 keeps every step whole")
+    parser.add_argument("--score", metavar="REWARD",
+                        help="read every episode's reward again by this reward (graduated, binary, continuous)")
     parser.add_argument("--out", type=Path, help="write the results here as JSON")
     args = parser.parse_args(argv)
+    if args.score:
+        try:
+            reward_fn(args.score)
+        except ValueError as e:
+            parser.error(str(e))
     if not args.rollouts and not args.compare:
         parser.error("give rollouts files, --compare BEFORE AFTER, or both")
     for path in [*args.rollouts, *(args.compare or []), args.tasks]:
         if not path.is_file():
             parser.error(f"{path}: no such file")
     results: dict = {"files": {}}
-    for path in args.rollouts:
+    def episodes(path: Path) -> list[dict]:
         rows = read_rows(path)
+        return rescored(rows, args.score) if args.score else rows
+
+    for path in args.rollouts:
+        rows = episodes(path)
         kept, partial = latest(rows, args.per_step or None)
         found = {"rows": len(rows), "kept": len(kept), "partial_steps": partial,
                  **summarise(kept, classify(kept, args.tasks, args.backend))}
         results["files"][str(path)] = found
         print(json.dumps({"file": str(path), **found}), flush=True)
     if args.compare:
-        before, after = (at_step(latest(read_rows(p), None)[0], step, p)
+        before, after = (at_step(latest(episodes(p), None)[0], step, p)
                          for p, step in zip(args.compare, args.compare_steps or (None, None)))
         results["compare"] = compare(before, after, classify([*before, *after], args.tasks, args.backend))
         print(json.dumps({"compare": [str(p) for p in args.compare], **results["compare"]}), flush=True)

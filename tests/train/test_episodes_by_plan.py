@@ -126,3 +126,35 @@ def test_the_command_line_and_bad_input(tasks, tmp_path, capsys):
     other = write(tmp_path / "other.jsonl", [episode("val-s000000-r0-0000-fam_b", "fam_b", "", 1, True)])
     with pytest.raises(SystemExit, match="share no task"):
         ebp.main(["--tasks", str(tasks), "--compare", str(before), str(other)])
+
+
+def test_score_reads_each_reward_again_from_the_measurement_it_was_taken_from(tasks, tmp_path, capsys):
+    """Episodes judged under the binary reward, read by the graduated one: 3 beats eager and
+    compile by > 5 %, 2 eager only, 1 neither, -1 failed or never measured; a ``best``-sourced
+    reward is read from the best measurement, not the final one."""
+    def timed(runtime, eager, compile_, right=True) -> dict:
+        return {"compiled": True, "correct": right, "violations": [], "error": None,
+                "runtime_us": runtime, "eager_us": eager, "compile_us": compile_}
+
+    vec = opening("fam_a", "vectorised")
+    rows = [episode(f"val-s000003-r0-000{k}-fam_a", "fam_a", vec, 1, True) for k in range(5)]
+    rows[0]["final_measurement"] = timed(80.0, 100.0, 90.0)     # 3
+    rows[1]["final_measurement"] = timed(80.0, 100.0, 82.0)     # 2 (compile within 5 %)
+    rows[2]["final_measurement"] = timed(99.0, 100.0, 50.0)     # 1
+    rows[3].update(reward=-1, final_measurement=timed(10.0, 100.0, 90.0, right=False))  # -1
+    rows[4].update(final_measurement=None, reward_source="best", best_measurement=timed(10.0, 100.0, 90.0))  # 3
+    graded = ebp.rescored(rows, "graduated")
+    assert [r["reward"] for r in graded] == [3.0, 2.0, 1.0, -1.0, 3.0]
+    assert [r["reward"] for r in rows] == [1, 1, 1, -1, 1]  # the rows read are left as they were
+    assert [r["reward"] for r in ebp.rescored(rows, "continuous")] == pytest.approx([90 / 80, 82 / 80, 50 / 99, -1, 9.0])
+    assert ebp.rescored([{**rows[0], "final_measurement": None}], "graduated")[0]["reward"] == -1.0
+
+    path = write(tmp_path / "val.jsonl", rows)
+    out = tmp_path / "out.json"
+    assert ebp.main([str(path), "--tasks", str(tasks), "--score", "graduated", "--out", str(out)]) == 0
+    vectorised = json.loads(out.read_text())["files"][str(path)]["by_plan"]["vectorised"]
+    assert vectorised["reward_mean"] == pytest.approx(8 / 5) and vectorised["threes"] == 2
+    with pytest.raises(SystemExit) as unknown:
+        ebp.main([str(path), "--tasks", str(tasks), "--score", "speed"])
+    assert unknown.value.code == 2
+    assert "unknown reward 'speed'" in capsys.readouterr().err
