@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_plan_choice import PLANS, openings, task_specs  # noqa: E402
-from sandbox.measurement import Measurement  # noqa: E402
 from sandbox.reward import reward_fn  # noqa: E402
+from src.data.rollout import reward_under  # noqa: E402
 from src.evaluation.metrics import row_passed  # noqa: E402
 
 OTHER = "other"
@@ -55,13 +55,7 @@ def read_rows(path: Path) -> list[dict]:
 
 def rescored(rows: Sequence[dict], reward: str) -> list[dict]:
     """The rows with ``reward`` by the named reward of the measurement it was taken from."""
-    score = reward_fn(reward)
-
-    def one(row: dict) -> dict:
-        m = row.get(f"{row.get('reward_source', 'final')}_measurement")
-        return {**row, "reward": score(Measurement.from_dict(m)) if m else -1.0}
-
-    return [one(r) for r in rows]
+    return [{**r, "reward": reward_under(r, reward)} for r in rows]
 
 
 def task_name(row: dict) -> str:

@@ -36,10 +36,13 @@ CURVES = (("rollout/reward_mean", "rollout reward mean"), ("rollout/pass_rate", 
           ("critic/explained_var", "explained variance"))
 HELDOUT = (("val/reward_mean", "held-out reward mean"), ("val/pass_rate", "held-out pass rate"),
            ("val/faster_than_compile", "held-out faster than compile"))
-# The paper's evaluation rule (an episode counts its best correct state): in the summary, not plotted.
-HELDOUT_BEST = (("val/best_reward_mean", "held-out best-state reward mean"),
-                ("val/best_pass_rate", "held-out best-state pass rate"),
-                ("val/best_faster_than_compile", "held-out best-state faster than compile"))
+# In the summary, not plotted: the paper's evaluation rule (an episode counts its best correct
+# state), and the held-out reward read by the graduated reward whatever the run trains on (runs
+# from before 2026-12-07 lack it), the one reward mean that compares across rewards.
+HELDOUT_SUMMARY = (("val/best_reward_mean", "held-out best-state reward mean"),
+                   ("val/best_pass_rate", "held-out best-state pass rate"),
+                   ("val/best_faster_than_compile", "held-out best-state faster than compile"),
+                   ("val/graduated_reward_mean", "held-out reward mean, read by the graduated reward"))
 # Runs without a validation before PPO's first update: the stage whose held-out metrics stand
 # for the actor PPO starts from (value pretraining does not change the actor). no_rft starts from
 # the warm-up, whose validation is single-turn, so it has no comparable multi-turn point.
@@ -112,7 +115,7 @@ def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> di
     actor for it, reached through start_validation.json (family_pipeline.py: one validation per
     seed and start actor, or the stage's own kept from an earlier start, <stage>.start, which may
     itself be named by another stage: a few hops at most); empty if none is found."""
-    keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
+    keys = [k for k, _ in HELDOUT + HELDOUT_SUMMARY]
     runs_root = stage.parent.parent.parent
     for _ in range(4):
         if any(at_start(ppo, k) is not None for k in keys):
@@ -145,7 +148,7 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     judged_again: on the host of the stage's end where its start was judged on another); else its
     validation before its first update (start_validation); else, for runs from before that
     existed, the start stage's last validation."""
-    keys = [k for k, _ in HELDOUT + HELDOUT_BEST]
+    keys = [k for k, _ in HELDOUT + HELDOUT_SUMMARY]
     if judge is not None:
         judged = read_metrics(judge / "metrics.csv")
         return {k: at_start(judged, k) for k in keys}
@@ -204,7 +207,7 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
             ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
             hosts = judging_hosts(run / f"agentic_{ablation}")
             judge = judged_again(run, ablation, hosts)
-            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_BEST + CURVES},
+            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_SUMMARY + CURVES},
                               "before_ppo": before_ppo(run, ablation, ppo, judge),
                               "hosts": hosts,
                               "heldout_decoding": heldout_decoding(run / f"agentic_{ablation}"),
@@ -223,7 +226,7 @@ def changes(per_seed: dict[int, dict]) -> dict[str, dict]:
     minus before), their spread, and ``above_beyond_spread``: the lowest seed after PPO above the
     highest seed before it (the issue's "beyond the spread of seeds"; None for a single seed)."""
     out = {}
-    for key, _ in HELDOUT + HELDOUT_BEST:
+    for key, _ in HELDOUT + HELDOUT_SUMMARY:
         pairs = {seed: (s["before_ppo"].get(key), s["after_ppo"].get(key)) for seed, s in per_seed.items()}
         pairs = {seed: p for seed, p in pairs.items() if None not in p}
         if not pairs:
@@ -306,7 +309,7 @@ def markdown(summary: dict) -> str:
     lines = ["| condition | held-out metric | seeds | before PPO | after PPO | change per seed | above beyond spread |",
              "|---|---|---|---|---|---|---|"]
     for name, s in summary.items():
-        for key, title in HELDOUT + HELDOUT_BEST:
+        for key, title in HELDOUT + HELDOUT_SUMMARY:
             if all(s["aggregate"][when].get(key) is None for when in ("before_ppo", "after_ppo")):
                 continue  # runs from before the metric existed
             cells = []

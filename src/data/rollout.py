@@ -293,6 +293,22 @@ class RolloutDataModule(pl.LightningDataModule):
         return tok.pad_token_id if tok.pad_token_id is not None else tok.eos_token_id
 
 
+# The reward every stage also reads its episodes by, whatever it trains on: the paper's, so
+# that runs trained on other rewards (binary, continuous) compare on one scale.
+COMMON_REWARD = "graduated"
+
+
+def reward_under(row: dict[str, Any], reward_name: str) -> float:
+    """The episode's reward read by another reward (sandbox.reward.REWARDS), from the measurement
+    its own reward was taken from (``reward_source``: final or best); -1 where there is none, as
+    the episode's own reward counts it."""
+    from sandbox.measurement import Measurement
+    from sandbox.reward import reward_fn
+
+    measured = row.get(f"{row.get('reward_source', 'final')}_measurement")
+    return reward_fn(reward_name)(Measurement.from_dict(measured)) if measured else -1.0
+
+
 def rollout_metrics(rows: list[dict[str, Any]], kept: list[dict[str, Any]], wall_s: float) -> dict[str, float]:
     """The rollout/ metrics of one batch of episodes (the README's metric table explains each)."""
     from sandbox.reward import meaningfully_faster
@@ -318,6 +334,7 @@ def rollout_metrics(rows: list[dict[str, Any]], kept: list[dict[str, Any]], wall
     failed_calls = sum(r.get("invalid_tool_calls", 0) for r in rows)
     metrics = {
         "rollout/reward_mean": sum(reward(r) for r in rows) / n,
+        f"rollout/{COMMON_REWARD}_reward_mean": sum(reward_under(r, COMMON_REWARD) for r in rows) / n,
         "rollout/pass_rate": share(lambda r: ok(r.get("final_measurement"))),
         "rollout/faster_than_eager": share(lambda r: faster(r.get("final_measurement"), "eager_us")),
         "rollout/faster_than_compile": share(lambda r: faster(r.get("final_measurement"), "compile_us")),

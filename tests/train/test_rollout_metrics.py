@@ -46,3 +46,21 @@ def test_each_rank_gets_an_equal_share_of_held_out_tasks_wrapped_round_as_torchs
     assert [rank_share(["a"], r, 3) for r in (0, 1, 2)] == [["a"], ["a"], ["a"]]  # fewer tasks than ranks
     assert rank_share(tasks, 0, 1) == tasks
     assert mean_over_ranks({"val/pass_rate": 0.5}, 1) == {"val/pass_rate": 0.5}  # one rank: no collective
+
+
+def test_the_graduated_reading_compares_runs_trained_on_other_rewards():
+    """Binary-reward episodes (1 correct, -1 not) read by the graduated reward, from the verdict
+    each reward came from: 3 (2x faster than compile and eager), 2 (faster than eager only), 1
+    (slower than both), -1 (wrong); a best-sourced reward reads the best verdict, not the final."""
+    rows = [episode(1.0, measurement(True), measurement(True), 1.0),
+            episode(1.0, measurement(True, runtime_us=250.0), None, None),
+            episode(1.0, measurement(True, runtime_us=400.0), None, None),
+            episode(-1.0, measurement(False), None, None),
+            {**episode(1.0, measurement(False), measurement(True), 1.0), "reward_source": "best"}]
+    m = rollout_metrics(rows, rows, 1.0)
+    assert m["rollout/reward_mean"] == pytest.approx(3 / 5)
+    assert m["rollout/graduated_reward_mean"] == pytest.approx((3 + 2 + 1 - 1 + 3) / 5)
+    # Under the graduated reward itself the reading is the reward.
+    graded = [{**r, "reward": g} for r, g in zip(rows, (3.0, 2.0, 1.0, -1.0, 3.0))]
+    assert rollout_metrics(graded, graded, 1.0)["rollout/graduated_reward_mean"] == pytest.approx(
+        rollout_metrics(graded, graded, 1.0)["rollout/reward_mean"])
