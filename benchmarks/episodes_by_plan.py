@@ -194,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             parser.error(f"{path}: no such file")
     results: dict = {"files": {}}
+
     def episodes(path: Path) -> list[dict]:
         rows = read_rows(path)
         return rescored(rows, args.score) if args.score else rows
