@@ -8,7 +8,8 @@ Reads <runs>/<reward>/seed<k>/<stage>/metrics.csv; writes to --out:
   family_curves.png   (and _rewards.png: full pipeline per reward; _ablations.png: graduated
                       per ablation, where there are several) per PPO step: rollout reward mean, pass rate, faster-than-compile rate,
                       entropy, explained variance (line: mean over seeds; band: min to max)
-  family_heldout.png  held-out (val/) reward mean, pass rate, faster-than-compile rate before PPO
+  family_heldout.png  held-out (val/) reward mean read by the graduated reward (one scale for every
+                      reward), pass rate, faster-than-compile rate before PPO
                       (the actor it starts from: RFT's, or the warm-up's without RFT) and after PPO
                       (bar: mean; whisker: min to max)
   family_summary.json / family_summary.md  the same numbers, per seed and aggregated, with each
@@ -31,18 +32,21 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-CURVES = (("rollout/reward_mean", "rollout reward mean"), ("rollout/pass_rate", "pass rate"),
+CURVES = (("rollout/reward_mean", "rollout reward mean (the run's own reward)"), ("rollout/pass_rate", "pass rate"),
           ("rollout/faster_than_compile", "faster than torch.compile"), ("actor/entropy", "entropy"),
           ("critic/explained_var", "explained variance"))
-HELDOUT = (("val/reward_mean", "held-out reward mean"), ("val/pass_rate", "held-out pass rate"),
-           ("val/faster_than_compile", "held-out faster than compile"))
+# The held-out reward read by the graduated reward whatever the run trains on
+# (src/data/rollout.COMMON_REWARD): the one reward mean that compares runs of different rewards.
+COMMON_REWARD = "graduated"
+COMMON_HELDOUT = f"val/{COMMON_REWARD}_reward_mean"
+HELDOUT = ((COMMON_HELDOUT, f"held-out reward mean, read by the {COMMON_REWARD} reward"),
+           ("val/pass_rate", "held-out pass rate"), ("val/faster_than_compile", "held-out faster than compile"))
 # In the summary, not plotted: the paper's evaluation rule (an episode counts its best correct
-# state), and the held-out reward read by the graduated reward whatever the run trains on (runs
-# from before 2026-12-07 lack it), the one reward mean that compares across rewards.
+# state), and the held-out reward mean by the run's own reward.
 HELDOUT_SUMMARY = (("val/best_reward_mean", "held-out best-state reward mean"),
                    ("val/best_pass_rate", "held-out best-state pass rate"),
                    ("val/best_faster_than_compile", "held-out best-state faster than compile"),
-                   ("val/graduated_reward_mean", "held-out reward mean, read by the graduated reward"))
+                   ("val/reward_mean", "held-out reward mean, the run's own reward"))
 # Runs without a validation before PPO's first update: the stage whose held-out metrics stand
 # for the actor PPO starts from (value pretraining does not change the actor). no_rft starts from
 # the warm-up, whose validation is single-turn, so it has no comparable multi-turn point.
@@ -65,6 +69,22 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
             for key, value in row.items():
                 if key not in ("step", "epoch") and value not in (None, ""):
                     series.setdefault(key, []).append((step, float(value)))
+    return series
+
+
+def read_stage(stage: Path) -> dict[str, list[tuple[int, float]]]:
+    """The metrics of one stage (<runs>/<reward>/seed<k>/<stage>; empty where it has none), with
+    the reward mean's graduated reading filled in from the stage's own reward mean where the
+    stage trains on that reward (runs from before the reading was logged, 2026-12-07). A stage of
+    another reward that lacks the reading gets none: scales are never mixed."""
+    path = stage / "metrics.csv"
+    if not path.is_file():
+        return {}
+    series = read_metrics(path)
+    if stage.parent.parent.name == COMMON_REWARD:
+        for prefix in ("val/", "rollout/"):
+            if f"{prefix}reward_mean" in series:
+                series.setdefault(f"{prefix}{COMMON_REWARD}_reward_mean", series[f"{prefix}reward_mean"])
     return series
 
 
@@ -103,9 +123,9 @@ def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, 
     (family_pipeline.py --reward-stages agentic)."""
     if not start:
         return {}
-    for path in (run / start / "metrics.csv", run.parent.parent / "graduated" / run.name / start / "metrics.csv"):
-        if path.exists():
-            return read_metrics(path)
+    for stage in (run / start, run.parent.parent / "graduated" / run.name / start):
+        if (stage / "metrics.csv").exists():
+            return read_stage(stage)
     return {}
 
 
@@ -124,7 +144,7 @@ def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> di
         if not pointer.exists():
             break
         stage = runs_root / json.loads(pointer.read_text())["stage"]
-        ppo = read_metrics(stage / "metrics.csv") if (stage / "metrics.csv").exists() else {}
+        ppo = read_stage(stage)
     return ppo if any(at_start(ppo, k) is not None for k in keys) else {}
 
 
@@ -136,7 +156,7 @@ def judged_again(run: Path, ablation: str, hosts: Sequence[str]) -> Optional[Pat
     judge = run / JUDGE[ablation]
     if not hosts or hosts[0] == hosts[-1] or not (judge / "metrics.csv").is_file():
         return None
-    judged = read_metrics(judge / "metrics.csv")
+    judged = read_stage(judge)
     if judging_hosts(judge)[-1:] != hosts[-1:] or not any(at_start(judged, k) is not None for k, _ in HELDOUT):
         return None
     return judge
@@ -150,7 +170,7 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     existed, the start stage's last validation."""
     keys = [k for k, _ in HELDOUT + HELDOUT_SUMMARY]
     if judge is not None:
-        judged = read_metrics(judge / "metrics.csv")
+        judged = read_stage(judge)
         return {k: at_start(judged, k) for k in keys}
     validated = start_validation(run / f"agentic_{ablation}", ppo)
     if validated:
@@ -204,7 +224,7 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     for (reward, ablation), seeds in sorted(runs.items()):
         per_seed = {}
         for seed, run in sorted(seeds.items()):
-            ppo = read_metrics(run / f"agentic_{ablation}" / "metrics.csv")
+            ppo = read_stage(run / f"agentic_{ablation}")
             hosts = judging_hosts(run / f"agentic_{ablation}")
             judge = judged_again(run, ablation, hosts)
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_SUMMARY + CURVES},
@@ -241,7 +261,7 @@ def changes(per_seed: dict[int, dict]) -> dict[str, dict]:
 
 def curve_stats(seeds: dict[int, Path], ablation: str, key: str) -> tuple[list[int], list[float], list[float], list[float]]:
     """Steps every seed logged, and the mean, min and max over seeds at each."""
-    by_seed = [dict(read_metrics(run / f"agentic_{ablation}" / "metrics.csv").get(key, [])) for run in seeds.values()]
+    by_seed = [dict(read_stage(run / f"agentic_{ablation}").get(key, [])) for run in seeds.values()]
     steps = sorted(set.intersection(*(set(s) for s in by_seed))) if by_seed else []
     values = [[s[t] for s in by_seed] for t in steps]
     return steps, [sum(v) / len(v) for v in values], [min(v) for v in values], [max(v) for v in values]

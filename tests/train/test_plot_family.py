@@ -46,8 +46,33 @@ def test_each_seeds_change_and_the_verdict_beyond_the_spread_of_seeds(tmp_path):
     summary = plot_family.summarise(plot_family.find_runs(runs))["graduated/full"]
     assert summary["change"]["val/reward_mean"]["above_beyond_spread"] is True
     table = plot_family.markdown({"graduated/full": summary})
-    assert "| graduated/full | held-out reward mean | 3 | -0.083 ± 0.382 | 0.600 ± 0.361 | +1.000, +0.300, +0.750 | yes |" \
-        in table
+    for title in ("held-out reward mean, the run's own reward", "held-out reward mean, read by the graduated reward"):
+        assert f"| graduated/full | {title} | 3 | -0.083 ± 0.382 | 0.600 ± 0.361 | +1.000, +0.300, +0.750 | yes |" \
+            in table
+
+
+def test_the_held_out_reward_compares_rewards_by_the_graduated_reading_never_by_mixed_scales(tmp_path):
+    """A graduated stage's own reward mean is its graduated reading (runs from before the reading
+    was logged); a binary stage's is not: it has the logged reading or none."""
+    runs = tmp_path / "runs"
+    ppo_run(runs, 0, before=1.0, after=2.5)
+    write_metrics_csv(runs / "binary" / "seed0" / "agentic_full", [
+        {"step": -1, "val/reward_mean": 0.5, "val/graduated_reward_mean": 1.25},
+        {"step": 0, "rollout/reward_mean": 0.5},
+        {"step": 3, "val/reward_mean": 1.0},  # judged before the reading was logged
+    ])
+    summary = plot_family.summarise(plot_family.find_runs(runs))
+    common = plot_family.COMMON_HELDOUT
+    graduated, binary = summary["graduated/full"]["seeds"][0], summary["binary/full"]["seeds"][0]
+    assert (graduated["before_ppo"][common], graduated["after_ppo"][common]) == (1.0, 2.5)
+    assert (binary["before_ppo"][common], binary["after_ppo"][common]) == (1.25, None)
+    assert (binary["before_ppo"]["val/reward_mean"], binary["after_ppo"]["val/reward_mean"]) == (0.5, 1.0)
+    assert common not in summary["binary/full"]["change"]
+    stage = runs / "binary" / "seed0" / "agentic_full"
+    assert "rollout/graduated_reward_mean" not in plot_family.read_stage(stage)
+    assert plot_family.read_stage(runs / "graduated" / "seed0" / "agentic_full")["rollout/graduated_reward_mean"] == \
+        [(0, 0.25), (1, 0.5)]
+    assert plot_family.read_stage(tmp_path / "absent") == {}
 
 
 def test_a_run_without_a_start_validation_falls_back_on_the_rft_stage_and_one_seed_has_no_verdict(tmp_path):
@@ -86,9 +111,11 @@ def test_the_start_step_is_the_one_the_stages_log_at():
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
     import family_pipeline
 
+    from src.data.rollout import COMMON_REWARD
     from src.stages.common import BEFORE_TRAINING_STEP
 
     assert plot_family.BEFORE_TRAINING_STEP == BEFORE_TRAINING_STEP  # the script reads what the stage writes
+    assert plot_family.COMMON_REWARD == COMMON_REWARD
     assert plot_family.START_VALIDATION == family_pipeline.START_VALIDATION
 
 
