@@ -384,7 +384,7 @@ def has_start_validation(stage_dir: Path) -> bool:
     if not metrics.is_file():
         return False
     series = plot_family.read_metrics(metrics)
-    return any(plot_family.at_start(series, key) is not None for key, _ in plot_family.HELDOUT)
+    return any(plot_family.at_start(series, key) is not None for key in plot_family.HELDOUT_KEYS)
 
 
 def bank_start_validation(stage_dir: Path) -> bool:

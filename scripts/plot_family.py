@@ -47,6 +47,7 @@ HELDOUT_SUMMARY = (("val/best_reward_mean", "held-out best-state reward mean"),
                    ("val/best_pass_rate", "held-out best-state pass rate"),
                    ("val/best_faster_than_compile", "held-out best-state faster than compile"),
                    ("val/reward_mean", "held-out reward mean, the run's own reward"))
+HELDOUT_KEYS = tuple(k for k, _ in HELDOUT + HELDOUT_SUMMARY)
 # Runs without a validation before PPO's first update: the stage whose held-out metrics stand
 # for the actor PPO starts from (value pretraining does not change the actor). no_rft starts from
 # the warm-up, whose validation is single-turn, so it has no comparable multi-turn point.
@@ -73,19 +74,23 @@ def read_metrics(path: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def read_stage(stage: Path) -> dict[str, list[tuple[int, float]]]:
-    """The metrics of one stage (<runs>/<reward>/seed<k>/<stage>; empty where it has none), with
-    the reward mean's graduated reading filled in from the stage's own reward mean where the
-    stage trains on that reward (runs from before the reading was logged, 2026-12-07). A stage of
-    another reward that lacks the reading gets none: scales are never mixed."""
+    """The metrics of one stage (<runs>/<reward>/seed<k>/<stage>), empty where it has none."""
     path = stage / "metrics.csv"
-    if not path.is_file():
-        return {}
-    series = read_metrics(path)
-    if stage.parent.parent.name == COMMON_REWARD:
-        for prefix in ("val/", "rollout/"):
-            if f"{prefix}reward_mean" in series:
-                series.setdefault(f"{prefix}{COMMON_REWARD}_reward_mean", series[f"{prefix}reward_mean"])
-    return series
+    return read_metrics(path) if path.is_file() else {}
+
+
+def on_common_scale(series: dict[str, list[tuple[int, float]]], stage: Path) -> dict[str, list[tuple[int, float]]]:
+    """``series`` (``stage``'s metrics) with the reward mean's graduated reading filled in from
+    the stage's own reward mean where the stage trains on that reward (runs from before the
+    reading was logged, 2026-12-07). A stage of another reward that lacks the reading gets none:
+    scales are never mixed."""
+    if stage.parent.parent.name != COMMON_REWARD:
+        return series
+    filled = dict(series)
+    for prefix in ("val/", "rollout/"):
+        if f"{prefix}reward_mean" in filled:
+            filled.setdefault(f"{prefix}{COMMON_REWARD}_reward_mean", filled[f"{prefix}reward_mean"])
+    return filled
 
 
 def find_runs(root: Path) -> dict[tuple[str, str], dict[int, Path]]:
@@ -125,27 +130,35 @@ def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, 
         return {}
     for stage in (run / start, run.parent.parent / "graduated" / run.name / start):
         if (stage / "metrics.csv").exists():
-            return read_stage(stage)
+            return on_common_scale(read_stage(stage), stage)
     return {}
 
 
-def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
-    """The metrics that hold a PPO stage's held-out validation before its first update (step -1):
-    ``ppo``, the stage's own, if they have it; else those of the stage that validated the same
-    actor for it, reached through start_validation.json (family_pipeline.py: one validation per
-    seed and start actor, or the stage's own kept from an earlier start, <stage>.start, which may
-    itself be named by another stage: a few hops at most); empty if none is found."""
-    keys = [k for k, _ in HELDOUT + HELDOUT_SUMMARY]
+def validated_by(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> Optional[Path]:
+    """The stage whose metrics hold a PPO stage's held-out validation before its first update
+    (step -1): ``stage`` itself if ``ppo``, its own metrics, have it; else the stage that validated
+    the same actor for it, reached through start_validation.json (family_pipeline.py: one
+    validation per seed and start actor, or the stage's own kept from an earlier start,
+    <stage>.start, which may itself be named by another stage: a few hops at most); None if none
+    is found."""
     runs_root = stage.parent.parent.parent
+    series = ppo
     for _ in range(4):
-        if any(at_start(ppo, k) is not None for k in keys):
-            return ppo
+        if any(at_start(series, k) is not None for k in HELDOUT_KEYS):
+            return stage
         pointer = stage / START_VALIDATION
         if not pointer.exists():
-            break
+            return None
         stage = runs_root / json.loads(pointer.read_text())["stage"]
-        ppo = read_stage(stage)
-    return ppo if any(at_start(ppo, k) is not None for k in keys) else {}
+        series = read_stage(stage)
+    return stage if any(at_start(series, k) is not None for k in HELDOUT_KEYS) else None
+
+
+def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
+    """The metrics (as logged) that hold a PPO stage's validation before its first update
+    (validated_by); empty if none is found."""
+    source = validated_by(stage, ppo)
+    return {} if source is None else ppo if source == stage else read_stage(source)
 
 
 def judged_again(run: Path, ablation: str, hosts: Sequence[str]) -> Optional[Path]:
@@ -168,15 +181,16 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     judged_again: on the host of the stage's end where its start was judged on another); else its
     validation before its first update (start_validation); else, for runs from before that
     existed, the start stage's last validation."""
-    keys = [k for k, _ in HELDOUT + HELDOUT_SUMMARY]
     if judge is not None:
-        judged = read_stage(judge)
-        return {k: at_start(judged, k) for k in keys}
-    validated = start_validation(run / f"agentic_{ablation}", ppo)
-    if validated:
-        return {k: at_start(validated, k) for k in keys}
+        judged = on_common_scale(read_stage(judge), judge)
+        return {k: at_start(judged, k) for k in HELDOUT_KEYS}
+    stage = run / f"agentic_{ablation}"
+    source = validated_by(stage, ppo)
+    if source is not None:
+        validated = on_common_scale(ppo if source == stage else read_stage(source), source)
+        return {k: at_start(validated, k) for k in HELDOUT_KEYS}
     start = start_metrics(run, START.get(ablation))
-    return {k: last(start, k) for k in keys}
+    return {k: last(start, k) for k in HELDOUT_KEYS}
 
 
 def judging_hosts(stage: Path) -> list[str]:
@@ -224,7 +238,7 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     for (reward, ablation), seeds in sorted(runs.items()):
         per_seed = {}
         for seed, run in sorted(seeds.items()):
-            ppo = read_stage(run / f"agentic_{ablation}")
+            ppo = on_common_scale(read_stage(run / f"agentic_{ablation}"), run / f"agentic_{ablation}")
             hosts = judging_hosts(run / f"agentic_{ablation}")
             judge = judged_again(run, ablation, hosts)
             per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_SUMMARY + CURVES},
@@ -246,7 +260,7 @@ def changes(per_seed: dict[int, dict]) -> dict[str, dict]:
     minus before), their spread, and ``above_beyond_spread``: the lowest seed after PPO above the
     highest seed before it (the issue's "beyond the spread of seeds"; None for a single seed)."""
     out = {}
-    for key, _ in HELDOUT + HELDOUT_SUMMARY:
+    for key in HELDOUT_KEYS:
         pairs = {seed: (s["before_ppo"].get(key), s["after_ppo"].get(key)) for seed, s in per_seed.items()}
         pairs = {seed: p for seed, p in pairs.items() if None not in p}
         if not pairs:

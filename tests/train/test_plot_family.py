@@ -68,10 +68,12 @@ def test_the_held_out_reward_compares_rewards_by_the_graduated_reading_never_by_
     assert (binary["before_ppo"][common], binary["after_ppo"][common]) == (1.25, None)
     assert (binary["before_ppo"]["val/reward_mean"], binary["after_ppo"]["val/reward_mean"]) == (0.5, 1.0)
     assert common not in summary["binary/full"]["change"]
-    stage = runs / "binary" / "seed0" / "agentic_full"
-    assert "rollout/graduated_reward_mean" not in plot_family.read_stage(stage)
-    assert plot_family.read_stage(runs / "graduated" / "seed0" / "agentic_full")["rollout/graduated_reward_mean"] == \
-        [(0, 0.25), (1, 0.5)]
+    binary_stage, graduated_stage = (runs / r / "seed0" / "agentic_full" for r in ("binary", "graduated"))
+    assert "rollout/graduated_reward_mean" not in plot_family.on_common_scale(plot_family.read_stage(binary_stage),
+                                                                               binary_stage)
+    logged = plot_family.read_stage(graduated_stage)
+    assert "rollout/graduated_reward_mean" not in logged  # read as logged; filled only on the common scale
+    assert plot_family.on_common_scale(logged, graduated_stage)["rollout/graduated_reward_mean"] == [(0, 0.25), (1, 0.5)]
     assert plot_family.read_stage(tmp_path / "absent") == {}
 
 
