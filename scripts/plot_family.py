@@ -289,14 +289,14 @@ def plot_curves(runs: dict, path: Path, title: str) -> None:
 
     fig, axes = plt.subplots(1, len(CURVES), figsize=(4.2 * len(CURVES), 3.6))
     for (reward, ablation), seeds in sorted(runs.items()):
-        for ax, (key, title) in zip(axes, CURVES):
+        for ax, (key, _) in zip(axes, CURVES):
             steps, mean, low, high = curve_stats(seeds, ablation, key)
             if not steps:
                 continue
             line, = ax.plot(steps, mean, label=f"{reward} / {ablation} ({len(seeds)} seeds)")
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
-    for ax, (_, title) in zip(axes, CURVES):
-        ax.set_title(title)
+    for ax, (_, panel) in zip(axes, CURVES):
+        ax.set_title(panel)
         ax.set_xlabel("agentic PPO step")
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=7)
