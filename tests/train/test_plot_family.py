@@ -107,6 +107,10 @@ def test_a_stage_another_validated_for_takes_that_ones_start_point(tmp_path):
     summary = plot_family.summarise(plot_family.find_runs(runs))
     assert summary["binary/no_value"]["seeds"][0]["before_ppo"]["val/reward_mean"] == -0.5
     assert summary["binary/no_value"]["change"]["val/reward_mean"]["per_seed"] == {0: 2.0}
+    # The graduated stage judged that start by the graduated reward: its reading; the binary
+    # stage's own after point, logged without one, has none.
+    assert summary["binary/no_value"]["seeds"][0]["before_ppo"][plot_family.COMMON_HELDOUT] == -0.5
+    assert summary["binary/no_value"]["seeds"][0]["after_ppo"][plot_family.COMMON_HELDOUT] is None
 
 
 def test_the_start_step_is_the_one_the_stages_log_at():
