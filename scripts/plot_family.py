@@ -134,31 +134,31 @@ def start_metrics(run: Path, start: Optional[str]) -> dict[str, list[tuple[int, 
     return {}
 
 
-def validated_by(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> Optional[Path]:
+def validated_by(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> Optional[tuple[Path, dict[str, list[tuple[int, float]]]]]:
     """The stage whose metrics hold a PPO stage's held-out validation before its first update
-    (step -1): ``stage`` itself if ``ppo``, its own metrics, have it; else the stage that validated
-    the same actor for it, reached through start_validation.json (family_pipeline.py: one
-    validation per seed and start actor, or the stage's own kept from an earlier start,
-    <stage>.start, which may itself be named by another stage: a few hops at most); None if none
-    is found."""
+    (step -1), and those metrics as logged: ``stage`` and ``ppo``, its own, if they have it; else
+    the stage that validated the same actor for it, reached through start_validation.json
+    (family_pipeline.py: one validation per seed and start actor, or the stage's own kept from an
+    earlier start, <stage>.start, which may itself be named by another stage: a few hops at most);
+    None if none is found."""
     runs_root = stage.parent.parent.parent
     series = ppo
     for _ in range(4):
         if any(at_start(series, k) is not None for k in HELDOUT_KEYS):
-            return stage
+            return stage, series
         pointer = stage / START_VALIDATION
         if not pointer.exists():
             return None
         stage = runs_root / json.loads(pointer.read_text())["stage"]
         series = read_stage(stage)
-    return stage if any(at_start(series, k) is not None for k in HELDOUT_KEYS) else None
+    return (stage, series) if any(at_start(series, k) is not None for k in HELDOUT_KEYS) else None
 
 
 def start_validation(stage: Path, ppo: dict[str, list[tuple[int, float]]]) -> dict[str, list[tuple[int, float]]]:
     """The metrics (as logged) that hold a PPO stage's validation before its first update
     (validated_by); empty if none is found."""
-    source = validated_by(stage, ppo)
-    return {} if source is None else ppo if source == stage else read_stage(source)
+    found = validated_by(stage, ppo)
+    return found[1] if found else {}
 
 
 def judged_again(run: Path, ablation: str, hosts: Sequence[str]) -> Optional[Path]:
@@ -184,10 +184,9 @@ def before_ppo(run: Path, ablation: str, ppo: dict[str, list[tuple[int, float]]]
     if judge is not None:
         judged = on_common_scale(read_stage(judge), judge)
         return {k: at_start(judged, k) for k in HELDOUT_KEYS}
-    stage = run / f"agentic_{ablation}"
-    source = validated_by(stage, ppo)
-    if source is not None:
-        validated = on_common_scale(ppo if source == stage else read_stage(source), source)
+    found = validated_by(run / f"agentic_{ablation}", ppo)
+    if found:
+        validated = on_common_scale(found[1], found[0])
         return {k: at_start(validated, k) for k in HELDOUT_KEYS}
     start = start_metrics(run, START.get(ablation))
     return {k: last(start, k) for k in HELDOUT_KEYS}

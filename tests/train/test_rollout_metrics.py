@@ -62,5 +62,5 @@ def test_the_graduated_reading_compares_runs_trained_on_other_rewards():
     assert m["rollout/graduated_reward_mean"] == pytest.approx((3 + 2 + 1 - 1 + 3) / 5)
     # Under the graduated reward itself the reading is the reward.
     graded = [{**r, "reward": g} for r, g in zip(rows, (3.0, 2.0, 1.0, -1.0, 3.0))]
-    assert rollout_metrics(graded, graded, 1.0)["rollout/graduated_reward_mean"] == pytest.approx(
-        rollout_metrics(graded, graded, 1.0)["rollout/reward_mean"])
+    graded_metrics = rollout_metrics(graded, graded, 1.0)
+    assert graded_metrics["rollout/graduated_reward_mean"] == pytest.approx(graded_metrics["rollout/reward_mean"])
