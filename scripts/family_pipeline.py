@@ -217,15 +217,17 @@ def stage_overrides(stage: Stage, run_dir: Path, reward: str, seed: int, s: Sett
     return out
 
 
-def write_actor_only(rft_dir: Path) -> Path:
-    """The RFT checkpoint's actor tensors alone (``init_from`` of the no-value ablation: the
-    agentic stage then builds a fresh critic instead of loading the warm-up critic RFT carried)."""
+def write_actor_only(source_dir: Path) -> Path:
+    """The actor tensors alone of RFT's checkpoint, or of another stage whose actor is RFT's
+    (family_state.actor_only_source: value pretraining's): ``init_from`` of the no-value
+    ablation, whose agentic stage then builds a fresh critic instead of loading the one RFT
+    carried from the warm-up or the one value pretraining trained."""
     import torch
 
-    target = rft_dir.parent / ACTOR_ONLY / "actor_only.ckpt"
+    target = source_dir.parent / ACTOR_ONLY / "actor_only.ckpt"
     if target.exists():
         return target
-    state = torch.load(rft_dir / "checkpoints" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    state = torch.load(source_dir / family_state.CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"]
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
     torch.save({"state_dict": {k: v for k, v in state.items() if k.startswith("actor.")}}, partial)
@@ -436,7 +438,8 @@ def run_chain(chain: Sequence[StageRun], settings: Settings, deadline: Optional[
             statuses[key] = "not_started"
             continue
         if run.stage.init == ACTOR_ONLY and not (run.stage_dir / family_state.CHECKPOINT).exists():
-            write_actor_only(run.source / "rft")  # not for a resume, which reads its own checkpoint
+            # Not for a resume, which reads its own checkpoint.
+            write_actor_only(family_state.actor_only_source(run.source, DONE))
         validator = run.stage_dir if run.stage.judge else start_validator(run, validators)
         overrides = stage_overrides(run.stage, run.stage_dir.parent, run.reward, run.seed, settings, run.source,
                                     validate_at_start=validator == run.stage_dir)

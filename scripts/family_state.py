@@ -247,6 +247,23 @@ def import_weights(src: Path, runs: Path, done_marker: str, stages: Optional[Col
     return written
 
 
+# Where the no-value ablation's start (family_pipeline.ACTOR_ONLY: RFT's actor, a fresh critic) is
+# cut from, in this order: RFT's checkpoint, or value pretraining's, whose actor is RFT's untouched
+# (value_pretrain freezes it), so that the value stage's carried weights stand in where RFT's
+# did not travel instead of RFT running again (another actor than the other ablations' start).
+ACTOR_ONLY_SOURCES = ("rft", "value")
+
+
+def actor_only_source(prefix: Path, done_marker: str) -> Path:
+    """The finished stage of a seed's prefix whose weights are here and whose actor is RFT's
+    (ACTOR_ONLY_SOURCES); RFT's where none's are (it runs again: reopen_uncarried)."""
+    for name in ACTOR_ONLY_SOURCES:
+        stage_dir = prefix / name
+        if (stage_dir / done_marker).exists() and (stage_dir / CHECKPOINT).is_file():
+            return stage_dir
+    return prefix / ACTOR_ONLY_SOURCES[0]
+
+
 def starts_needed(chains: Sequence[Sequence], done_marker: str, actor_only: str) -> list[Path]:
     """The finished stages that a stage still to run starts from (its ``init``: only those need
     their weights on the next machine). A stage stopped midway with its own checkpoint resumes
@@ -257,7 +274,8 @@ def starts_needed(chains: Sequence[Sequence], done_marker: str, actor_only: str)
         for run in chain:
             if (run.stage_dir / done_marker).exists() or not run.stage.init or (run.stage_dir / CHECKPOINT).is_file():
                 continue
-            source = run.source / ("rft" if run.stage.init == actor_only else run.stage.init)
+            source = (actor_only_source(run.source, done_marker) if run.stage.init == actor_only
+                      else run.source / run.stage.init)
             if (source / done_marker).exists() and source not in needed:
                 needed.append(source)
     return needed

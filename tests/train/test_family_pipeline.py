@@ -157,6 +157,31 @@ def test_the_no_value_ablation_starts_from_the_rft_actor_alone(pipeline_run):
     assert all(torch.equal(v, full[k]) for k, v in actor_only.items())
 
 
+def test_the_no_value_start_cut_from_value_pretraining_is_the_rft_actor(pipeline_run, tmp_path):
+    """Where RFT's weights did not travel and the value stage's did, the no-value ablation starts
+    from the value stage's actor: the same tensors as RFT's (value pretraining trains the critic
+    alone), without the critic it trained."""
+    import shutil
+
+    import family_state
+
+    prefix = tmp_path / "graduated" / "seed0"
+    shutil.copytree(pipeline_run / "graduated" / "seed0", prefix, ignore=shutil.ignore_patterns(fp.ACTOR_ONLY))
+    (prefix / "rft" / family_state.CHECKPOINT).unlink()
+    source = family_state.actor_only_source(prefix, fp.DONE)
+    assert source == prefix / "value"
+    from_value = torch.load(fp.write_actor_only(source), map_location="cpu", weights_only=False)["state_dict"]
+    rft = pipeline_run / "graduated" / "seed0" / "rft" / family_state.CHECKPOINT
+    rft_state = torch.load(rft, map_location="cpu", weights_only=False)["state_dict"]
+    value_state = torch.load(source / family_state.CHECKPOINT, map_location="cpu", weights_only=False)["state_dict"]
+    assert from_value and all(k.startswith("actor.") for k in from_value)
+    assert {k for k in rft_state if k.startswith("actor.")} == from_value.keys()
+    assert all(torch.equal(v, rft_state[k]) for k, v in from_value.items())
+    # The critic value pretraining trained is left behind (it differs from the one RFT carried).
+    critic = [k for k in value_state if k.startswith("critic.")]
+    assert critic and any(not torch.equal(value_state[k], rft_state[k]) for k in critic)
+
+
 def test_a_start_killed_before_its_first_checkpoint_restarts_and_its_log_is_kept(tmp_path):
     stage = tmp_path / "graduated" / "seed0" / "warmup"
     stage.mkdir(parents=True)

@@ -28,6 +28,21 @@ def test_what_is_needed_is_what_a_stage_still_to_run_starts_from(tmp_path):
     assert fs.starts_needed(chains(["full", "no_rft"]), fp.DONE, fp.ACTOR_ONLY) == [rft, warmup]
 
 
+def test_the_no_value_start_is_cut_from_value_pretraining_where_rft_did_not_travel(tmp_path):
+    runs = tmp_path / "runs"
+    chains = fp.plan_chains(runs, [0], ["graduated"], ["no_value"], fp.Settings(actor="a"))
+    finished_stage(runs, "graduated/seed0/warmup")
+    rft = finished_stage(runs, "graduated/seed0/rft")
+    value = finished_stage(runs, "graduated/seed0/value")  # not in this plan: carried beside it
+    assert fs.starts_needed(chains, fp.DONE, fp.ACTOR_ONLY) == [rft]  # RFT's own checkpoint first
+    (rft / fs.CHECKPOINT).unlink()  # RFT's weights stayed on the other machine, the value stage's came
+    assert fs.actor_only_source(runs / "graduated/seed0", fp.DONE) == value
+    assert fs.starts_needed(chains, fp.DONE, fp.ACTOR_ONLY) == [value]
+    assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == []  # RFT does not run again
+    (value / fs.CHECKPOINT).unlink()  # neither travelled: RFT runs again
+    assert fs.reopen_uncarried(chains, fp.DONE, fp.ACTOR_ONLY) == [str(rft)]
+
+
 def test_parts_join_into_the_weights_without_optimizer_state(tmp_path):
     runs, there = tmp_path / "runs", tmp_path / "there"
     stage = finished_stage(runs, "binary/seed1/value")
