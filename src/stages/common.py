@@ -115,6 +115,26 @@ def make_policy(actor: Any, device: torch.device, sampling: dict[str, Any], gate
                     generation_gate=gate, **rollout)
 
 
+@contextmanager
+def back_on_root_device(module: Any, needed: bool = True) -> Iterator[None]:
+    """Inside the block, the module is on its strategy's device again. Lightning's teardown moves
+    it to the CPU before ``on_fit_end``, so work on the model there (a resumed run's owed
+    held-out episodes) would otherwise generate on the host's cores, beside the CPU sandbox
+    timing kernels on them, and far slower. Afterwards it is left where the teardown put it.
+    ``needed=False``: the block runs where the module is."""
+    left_on, root = module.device, module.trainer.strategy.root_device
+    if not needed or left_on == root:
+        yield
+        return
+    module.to(root)
+    try:
+        yield
+    finally:
+        module.to(left_on)
+        if root.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def token_share(module: Any, local_tokens: float) -> float:
     """Factor that turns this rank's token mean into its part of the mean over every rank's
     tokens once DDP averages the gradients: world_size * local / global."""
@@ -249,8 +269,8 @@ def validate_owed(module: Any, policy: Any) -> Optional[dict[str, float]]:
     Lightning logs it (step k - 1 after update k - 1, counted from 0). Returns the metrics."""
     metrics = validate_outside_loop(module, policy, int(module.global_step) - 1)
     if metrics is not None:
-        module.print(f"held-out at step {module.global_step} (owed by the checkpoint resumed from): "
-                     + headline(metrics))
+        module.print(f"held-out at step {module.global_step} (owed by the checkpoint resumed from; replies "
+                     f"generated on {getattr(policy, 'device', 'the policy')}): " + headline(metrics))
     return metrics
 
 

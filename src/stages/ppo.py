@@ -19,9 +19,9 @@ from src.data.batch import RolloutBatch
 from src.rl import (decoupled_gae, explained_variance, kl_penalty, logprob_mismatch, masked_mean,
                     masked_whiten, outcome_rewards, policy_loss, truncated_is_weights, value_loss)
 
-from .common import (clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to, peak_memory_gb, step_uncounted,
-                     token_share, validate_before_training, validate_owed, validate_with_episodes, validation_owed,
-                     VALIDATED_STEP)
+from .common import (back_on_root_device, clip_grad_norm, gradient_sync, make_policy, micro_batches, pad_to,
+                     peak_memory_gb, step_uncounted, token_share, validate_before_training, validate_owed,
+                     validate_with_episodes, validation_owed, VALIDATED_STEP)
 
 OptimizerFactory = Callable[[Any], torch.optim.Optimizer]
 
@@ -121,11 +121,13 @@ class PPOStage(pl.LightningModule):
 
     def on_fit_end(self) -> None:
         # A run resumed at its last step never starts training (Lightning skips a finished
-        # loop, on_train_start included), so the validation that step owes runs here.
-        self.validate_if_owed()
-        if self._policy is not None:
-            self._policy.close()
-            self._policy = None
+        # loop, on_train_start included), so the validation that step owes runs here, where
+        # Lightning has already moved the module to the CPU (back_on_root_device).
+        with back_on_root_device(self, validation_owed(self.trainer, self._validated_step)):
+            self.validate_if_owed()
+            if self._policy is not None:
+                self._policy.close()
+                self._policy = None
 
     def training_step(self, tasks: list, batch_idx: int) -> None:
         dm = self.trainer.datamodule

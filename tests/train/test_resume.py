@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import csv
 
+import pytest
 import torch
+
+from .conftest import small_overrides
 
 
 def rows_by_step(run, column):
@@ -24,7 +27,28 @@ def test_a_resume_at_a_validation_step_runs_the_validation_it_owes(run_train, tm
     assert again.returncode == 0, again.stderr[-3000:]
     # Logged where Lightning logs the validation after the second update.
     assert rows_by_step(run, "val/reward_mean") == [1]
-    assert "owed by the checkpoint resumed from" in again.stderr + again.stdout
+    assert "owed by the checkpoint resumed from; replies generated on cpu" in again.stderr + again.stdout
+
+
+@pytest.mark.gpu
+def test_the_validation_owed_at_the_last_step_is_generated_on_the_gpu(run_train, tiny_model_dir, sandbox_cache,
+                                                                       tmp_path):
+    """A run resumed at its last step validates in on_fit_end, after Lightning's teardown has
+    moved the module to the CPU: its episodes are generated on the GPU all the same (the family
+    pipeline's case: the model on the GPU, the CPU sandbox timing kernels on the host's cores),
+    and the module is left on the CPU afterwards, as Lightning leaves it."""
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    run = tmp_path / "run"
+    on_gpu = [o if o != "trainer=cpu" else "trainer=gpu" for o in small_overrides(tiny_model_dir, run, sandbox_cache)]
+    first = run_train(run, *on_gpu, "stage=warmup", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                      "trainer.limit_val_batches=0", small=False)
+    assert first.returncode == 0, first.stderr[-3000:]
+    again = run_train(run, *on_gpu, "stage=warmup", "trainer.max_steps=2", "trainer.val_check_interval=2",
+                      "ckpt_path=last", small=False)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert rows_by_step(run, "val/reward_mean") == [1]
+    assert "owed by the checkpoint resumed from; replies generated on cuda" in again.stderr + again.stdout
 
 
 def test_a_resume_after_a_finished_validation_does_not_repeat_it(run_train, tmp_path):
