@@ -237,13 +237,14 @@ def summarise(runs: dict[tuple[str, str], dict[int, Path]]) -> dict[str, dict]:
     for (reward, ablation), seeds in sorted(runs.items()):
         per_seed = {}
         for seed, run in sorted(seeds.items()):
-            ppo = on_common_scale(read_stage(run / f"agentic_{ablation}"), run / f"agentic_{ablation}")
-            hosts = judging_hosts(run / f"agentic_{ablation}")
+            stage = run / f"agentic_{ablation}"
+            ppo = on_common_scale(read_stage(stage), stage)
+            hosts = judging_hosts(stage)
             judge = judged_again(run, ablation, hosts)
-            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k, _ in HELDOUT + HELDOUT_SUMMARY + CURVES},
+            per_seed[seed] = {"after_ppo": {k: last(ppo, k) for k in HELDOUT_KEYS + tuple(k for k, _ in CURVES)},
                               "before_ppo": before_ppo(run, ablation, ppo, judge),
                               "hosts": hosts,
-                              "heldout_decoding": heldout_decoding(run / f"agentic_{ablation}"),
+                              "heldout_decoding": heldout_decoding(stage),
                               "before_judged_by": judge.name if judge else None}
         agg = {}
         for when in ("after_ppo", "before_ppo"):
