@@ -42,6 +42,10 @@ if [ "$ACTOR" = /tmp/family_actor ] && [ ! -f /tmp/family_actor/config.json ]; t
 fi
 LOGS=/tmp/family_logs
 mkdir -p "$LOGS" "$CUDA_AGENT_CACHE"
+# The run tool returns at most 8 files from $OUT, and the bundle, weights.json and three stages'
+# weights (two parts each) are 8: a file the caller wrote there first (a test's log) would push
+# weights.json out. Such files travel inside the bundle, in family_logs/.
+for f in "$OUT"/*; do if [ -f "$f" ]; then mv "$f" "$LOGS/" && echo "moved into family_logs/: ${f##*/}"; fi; done
 carried=()
 if [ ! -d outputs/family/runs ] && [ -f "$STATE/family_runs.tar.gz" ]; then
     mkdir -p outputs/family
