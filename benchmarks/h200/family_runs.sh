@@ -44,8 +44,12 @@ LOGS=/tmp/family_logs
 mkdir -p "$LOGS" "$CUDA_AGENT_CACHE"
 # The run tool returns at most 8 files from $OUT, and the bundle, weights.json and three stages'
 # weights (two parts each) are 8: a file the caller wrote there first (a test's log) would push
-# weights.json out. Such files travel inside the bundle, in family_logs/.
-for f in "$OUT"/*; do if [ -f "$f" ]; then mv "$f" "$LOGS/" && echo "moved into family_logs/: ${f##*/}"; fi; done
+# weights.json out. Such files travel inside the bundle, in family_logs/ (an earlier run's own
+# bundle and weights, in the same command, are left for this run to replace).
+for f in "$OUT"/*; do
+    case "${f##*/}" in family_runs.tar.gz | weights.*) continue ;; esac
+    if [ -f "$f" ]; then mv "$f" "$LOGS/" && echo "moved into family_logs/: ${f##*/}"; fi
+done
 carried=()
 if [ ! -d outputs/family/runs ] && [ -f "$STATE/family_runs.tar.gz" ]; then
     mkdir -p outputs/family
