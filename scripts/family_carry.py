@@ -73,7 +73,6 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
     """Copy the stage directories of ``places`` (runs directories, oldest first) into ``into``
     and join their journals; returns each stage (relative path) -> the place it was taken from."""
     taken: dict[str, Path] = {}
-    journal: dict[str, None] = {}
     for runs in places:
         for entry in seed_entries(runs):
             rel = entry.relative_to(runs).as_posix()
@@ -90,11 +89,19 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(entry, target)
             taken[rel] = runs
+    join_journals(places, into)
+    return taken
+
+
+def join_journals(places: list[Path], into: Path) -> None:
+    """``into``'s journal: the lines of every place's, in the places' order, each line once (a
+    carry made from another repeats the lines they share)."""
+    journal: dict[str, None] = {}
+    for runs in places:
         if (runs / JOURNAL).is_file():
             journal.update(dict.fromkeys(line for line in (runs / JOURNAL).read_text().splitlines() if line.strip()))
     into.mkdir(parents=True, exist_ok=True)
     (into / JOURNAL).write_text("".join(line + "\n" for line in journal))
-    return taken
 
 
 def bank_start_rows(stage_dir: Path) -> bool:

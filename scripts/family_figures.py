@@ -7,7 +7,7 @@ A figure's runs were made in several places (arms of PPO carried and run in diff
 data/family/carry/README.md). Each carry's ``family_runs.tar.gz`` holds the runs of one plan; a
 figure takes chosen stage directories from several of them, in order (a later one's copy of a
 stage replaces an earlier one's), with every bundle's journal (``runs/pipeline.jsonl``, which
-names the host of each stage) concatenated in the same order, and hands the tree to
+names the host of each stage) joined in the same order, and hands the tree to
 ``scripts/plot_family.py``. tests/train/test_family_figures.py draws them again and compares the
 summaries with the committed ones, so the numbers in docs/family.md stay the data's.
 """
@@ -40,15 +40,13 @@ FIGURES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "family_ablations": (GRADUATED_FULL,
                          ("no_value", ("graduated/seed*/agentic_no_value", "graduated/seed*/agentic_no_value.start"))),
 }
-JOURNAL = "pipeline.jsonl"
-
 
 def assemble(figure: str, work: Path) -> Path:
     """The runs tree of ``figure`` (FIGURES) under ``work``: the chosen stage directories of each
-    carry in order, and their journals concatenated."""
+    carry in order, and their journals joined (family_carry.join_journals)."""
     runs = work / "runs"
     runs.mkdir(parents=True)
-    journal = []
+    sources = []
     for carry, patterns in FIGURES[figure]:
         source = family_carry.unpack(CARRY / carry, work / "bundles" / carry)
         chosen = sorted({p for pattern in patterns for p in source.glob(pattern) if p.is_dir()})
@@ -59,9 +57,8 @@ def assemble(figure: str, work: Path) -> Path:
             if target.exists():
                 shutil.rmtree(target)
             shutil.copytree(stage, target)
-        if (source / JOURNAL).is_file():
-            journal.append((source / JOURNAL).read_text())
-    (runs / JOURNAL).write_text("".join(text if text.endswith("\n") else text + "\n" for text in journal))
+        sources.append(source)
+    family_carry.join_journals(sources, runs)
     return runs
 
 

@@ -35,8 +35,7 @@ def test_the_validation_owed_at_the_last_step_is_generated_on_the_gpu(run_train,
                                                                        tmp_path):
     """A run resumed at its last step validates in on_fit_end, after Lightning's teardown has
     moved the module to the CPU: its episodes are generated on the GPU all the same (the family
-    pipeline's case: the model on the GPU, the CPU sandbox timing kernels on the host's cores),
-    and the module is left on the CPU afterwards, as Lightning leaves it."""
+    pipeline's case: the model on the GPU, the CPU sandbox timing kernels on the host's cores)."""
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     run = tmp_path / "run"
