@@ -246,7 +246,7 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
         import shutil
 
         keep_log(stage_dir)
-        held = hold_finished_samples(stage_dir)
+        held = hold_samples(stage_dir)
         shutil.rmtree(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     if held is not None:
@@ -279,23 +279,31 @@ def host_name() -> str:
     return ", ".join(parts)
 
 
-def hold_finished_samples(stage_dir: Path) -> Optional[Path]:
-    """The sampling batches that a discarded start of RFT or value pretraining finished
-    (src/stages/common.collect_trajectories: ``rollouts/sample*.rank<r>.jsonl`` beside its
-    ``.done``) were drawn from the stage's init actor, which the restart starts from again: they
-    are moved aside (returned: a directory to put back as the restart's ``rollouts``), so that the
-    restart reads them instead of sampling again, and RFT's rule for further batches
-    (``min_kept``) counts the batches already drawn rather than drawing the first one anew."""
-    finished = [f for done in sorted((stage_dir / "rollouts").glob("sample*.rank*.done"))
-                for f in (done, done.with_suffix(".jsonl")) if f.exists()]
-    if not finished:
+def hold_samples(stage_dir: Path) -> Optional[Path]:
+    """The sampling batches of a discarded start of RFT or value pretraining
+    (src/stages/common.collect_trajectories: ``rollouts/sample*.rank<r>.jsonl``, finished where a
+    ``.done`` is beside) were drawn from the stage's init actor, which the restart starts from
+    again: they are moved aside (returned: a directory to put back as the restart's ``rollouts``),
+    so that the restart reads a finished batch instead of sampling it again, samples only the
+    episodes a cut-off batch lacks (minutes of device time: a value stage's 48 episodes outlast a
+    10-minute call), and RFT's rule for further batches (``min_kept``) counts the batches already
+    drawn rather than drawing the first one anew."""
+    samples = sorted((stage_dir / "rollouts").glob("sample*.rank*.jsonl"))
+    if not samples:
         return None
     held = stage_dir.with_name(stage_dir.name + ".samples")
     held.mkdir(exist_ok=True)
-    for f in finished:
+    finished = 0
+    for f in samples:
+        done = f.with_suffix(".done")
+        if done.exists():
+            os.replace(done, held / done.name)
+            finished += 1
         os.replace(f, held / f.name)
-    print(f"family_pipeline: {stage_dir}: {sum(f.suffix == '.done' for f in finished)} finished sampling "
-          "batches kept for the restart", file=sys.stderr)
+    for f in (stage_dir / "rollouts").glob("sample*.rank*.jsonl.orig*"):  # what an earlier resume dropped
+        os.replace(f, held / f.name)
+    print(f"family_pipeline: {stage_dir}: {finished} finished sampling batches and {len(samples) - finished} "
+          "cut off kept for the restart", file=sys.stderr)
     return held
 
 

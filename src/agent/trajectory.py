@@ -212,6 +212,37 @@ def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def resume_trajectories(path: str | Path, episode_ids: list[str]) -> dict[str, dict[str, Any]]:
+    """The episodes of ``episode_ids`` that ``path`` (a TrajectoryWriter file of a batch that was
+    cut off) already holds, by id, so that a rerun samples only the rest. The file is left holding
+    exactly those rows, whole lines only, for the rerun's appends: a line cut off mid-write, a
+    repeated id and a row of another batch are dropped from it, and then the file as it was is
+    kept beside as ``<name>.orig`` (``.orig2``... after later reruns; nothing is lost, and nothing foreign is trained on)."""
+    path = Path(path)
+    if not path.exists():
+        return {}
+    wanted, found, kept = set(episode_ids), {}, []
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line) if line.endswith("\n") else None  # no newline: cut off mid-write
+        except json.JSONDecodeError:
+            row = None
+        eid = row.get("episode_id") if isinstance(row, dict) else None
+        if eid in wanted and eid not in found:
+            found[eid] = row
+            kept.append(line)
+    if len(kept) < len(lines):
+        n = 1 + sum(1 for _ in path.parent.glob(path.name + ".orig*"))  # an earlier rerun's stays
+        os.replace(path, path.with_name(path.name + (".orig" if n == 1 else f".orig{n}")))
+        with open(path, "w", encoding="utf-8") as f:
+            f.writelines(kept)
+    return found
+
+
 def render_transcript(row: dict[str, Any], observation_chars: int = 1500) -> str:
     """A readable Markdown transcript of one trajectory row."""
     lines = [f"# Episode {row['episode_id']}: {row['task']}",

@@ -214,23 +214,35 @@ class RolloutDataModule(pl.LightningDataModule):
     # ------------------------------------------------------------------ rollouts
 
     def rollout(self, policy: Any, tasks: Sequence[Task], agent: Any, tag: str, step: int,
-                samples: Optional[int] = None) -> RolloutResult:
+                samples: Optional[int] = None, resume: bool = False) -> RolloutResult:
         """Run ``samples`` episodes per task with ``policy`` (``agent``: an AgentConfig), append
-        the rows to ``rollouts/<tag>.jsonl``, and return them with their batch and metrics."""
+        the rows to ``rollouts/<tag>.jsonl``, and return them with their batch and metrics. With
+        ``resume``, the episodes that file already holds (a batch cut off by a stopped run, by
+        episode id: the same tasks, tag and step give the same ids) are taken as they are and only
+        the rest are run, so a sampling stage stopped midway loses no finished episode."""
         from src.agent import TrajectoryWriter, run_episodes
+        from src.agent.trajectory import resume_trajectories
 
         samples = self.samples_per_task if samples is None else samples
         episode_tasks = [t for t in tasks for _ in range(samples)]
         rank = self.trainer.global_rank if self.trainer is not None else 0
         ids = [f"{tag}-s{step:06d}-r{rank}-{i:04d}-{t.id}" for i, t in enumerate(episode_tasks)]
-        writer = TrajectoryWriter(self.output_dir / "rollouts" / f"{tag}.jsonl", extra={"train_step": step})
+        path = self.output_dir / "rollouts" / f"{tag}.jsonl"
+        earlier = resume_trajectories(path, ids) if resume else {}
+        if earlier:
+            log.info("%s: %d of %d episodes already sampled (a stopped run's), sampling the other %d",
+                     path.name, len(earlier), len(ids), len(ids) - len(earlier))
+        todo = [i for i, eid in enumerate(ids) if eid not in earlier]
+        writer = TrajectoryWriter(path, extra={"train_step": step})
         start = time.monotonic()
-        trajectories = asyncio.run(run_episodes([t.path for t in episode_tasks], policy, self.pool, agent,
+        trajectories = asyncio.run(run_episodes([episode_tasks[i].path for i in todo], policy, self.pool, agent,
                                                 self.sandbox_cfg.get("backend", "cuda"), writer=writer,
-                                                concurrency=self.episodes_in_flight, episode_ids=ids,
-                                                reward=self.reward_name))
+                                                concurrency=self.episodes_in_flight,
+                                                episode_ids=[ids[i] for i in todo], reward=self.reward_name)) \
+            if todo else []
         wall = time.monotonic() - start
-        rows = [{**t.to_row(), "train_step": step} for t in trajectories]
+        new = {eid: {**t.to_row(), "train_step": step} for eid, t in zip((ids[i] for i in todo), trajectories)}
+        rows = [earlier[eid] if eid in earlier else new[eid] for eid in ids]
         kept = self.trainable(rows)
         batch = collate_rows(kept, self.pad_token_id(policy)) if kept else None
         metrics = rollout_metrics(rows, kept, wall)

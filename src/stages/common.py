@@ -159,7 +159,8 @@ def gradient_sync(module: Any, last: bool) -> Iterator[None]:
 def collect_trajectories(module: Any, agent: Any, rounds: int, tag: str = "sample") -> list[dict[str, Any]]:
     """Multi-turn episodes of the module's actor on the training tasks, ``rounds`` per task,
     each rank its share; rows go to ``rollouts/<tag>.rank<r>.jsonl``. A rerun (a resumed stage)
-    reads the files instead of sampling again. Returns every rank's rows."""
+    reads the files instead of sampling again, and one whose sampling was cut off samples only
+    the episodes its file lacks (RolloutDataModule.rollout's ``resume``). Returns every rank's rows."""
     from src.agent import read_trajectories
 
     trainer, dm = module.trainer, module.trainer.datamodule
@@ -170,7 +171,7 @@ def collect_trajectories(module: Any, agent: Any, rounds: int, tag: str = "sampl
         own = dm.train_tasks[rank::world]
         policy = make_policy(module.actor, module.device, module.sampling, dm.device_gate)
         try:
-            dm.rollout(policy, own, agent, f"{tag}.rank{rank}", 0, samples=rounds)
+            dm.rollout(policy, own, agent, f"{tag}.rank{rank}", 0, samples=rounds, resume=True)
         finally:
             policy.close()
         done.touch()

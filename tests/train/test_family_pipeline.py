@@ -358,22 +358,27 @@ def test_a_discarded_ppo_start_keeps_its_start_validation_and_the_restart_does_n
     assert not fp.banked_start(other).exists()
 
 
-def test_a_restart_keeps_the_sampling_batches_its_discarded_start_finished(tmp_path, capsys):
-    """RFT's sampling (minutes of episodes from the init actor, which the restart starts from
-    again) survives a discarded start; a batch cut off midway and training rollouts do not."""
+def test_a_restart_keeps_the_sampling_its_discarded_start_did_finished_or_cut_off(tmp_path, capsys):
+    """RFT's and value pretraining's sampling (minutes of episodes from the init actor, which the
+    restart starts from again) survives a discarded start: a finished batch, and a batch cut off
+    midway (the restart samples only what it lacks: src/stages/common.collect_trajectories) with
+    what an earlier resume of it dropped; the training rollouts do not."""
     stage = tmp_path / "graduated" / "seed1" / "rft"
     rollouts = stage / "rollouts"
     rollouts.mkdir(parents=True)
     (rollouts / "sample.rank0.jsonl").write_text('{"episode_id": "a"}\n')
     (rollouts / "sample.rank0.done").touch()
     (rollouts / "sample2.rank0.jsonl").write_text('{"episode_id": "cut"}\n')  # no .done: cut off
+    (rollouts / "sample2.rank0.jsonl.orig").write_text('{"episode_id": "cut"}\n{"epi')
     (rollouts / "train.jsonl").write_text('{"episode_id": "t"}\n')
     status = fp.run_stage(stage, ["stage=no_such_stage"], None, tmp_path / "pipeline.jsonl")
     assert status == "failed"
-    assert sorted(p.name for p in (stage / "rollouts").iterdir()) == ["sample.rank0.done", "sample.rank0.jsonl"]
+    assert sorted(p.name for p in (stage / "rollouts").iterdir()) == [
+        "sample.rank0.done", "sample.rank0.jsonl", "sample2.rank0.jsonl", "sample2.rank0.jsonl.orig"]
     assert (stage / "rollouts" / "sample.rank0.jsonl").read_text() == '{"episode_id": "a"}\n'
+    assert (stage / "rollouts" / "sample2.rank0.jsonl").read_text() == '{"episode_id": "cut"}\n'
     assert not (stage.parent / "rft.samples").exists()
-    assert "1 finished sampling batches kept" in capsys.readouterr().err
+    assert "1 finished sampling batches and 1 cut off kept" in capsys.readouterr().err
 
 
 def test_a_missing_or_unusable_actor_is_one_line_and_exit_2(tmp_path, capsys):

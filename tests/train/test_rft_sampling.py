@@ -74,3 +74,27 @@ def test_max_sample_batches_below_one_is_refused(compose_train, tmp_path):
     # As the stages' other settings are checked: in the constructor, which Hydra's error wraps.
     with pytest.raises(InstantiationException, match="max_sample_batches must be at least 1, got 0"):
         train(compose_train("stage=rft", "stage.module.max_sample_batches=0", out_dir=tmp_path / "rft"))
+
+
+def test_a_batch_cut_off_midway_is_resumed_sampling_only_the_episodes_it_lacks(compose_train, tmp_path):
+    """A stopped sampling stage (no .done beside its batch) rerun in the same directory keeps the
+    finished episode as it was written and samples only the missing one under the same id; the
+    line cut off mid-write goes beside the file, not into the rows."""
+    from train import train
+
+    run = tmp_path / "rft"
+    overrides = ("stage=rft", "stage.module.sample_rounds=2", "data.max_tasks=1")
+    with pytest.raises(ValueError, match=r"2 sampled \(1 sampling batches\)"):
+        train(compose_train(*overrides, out_dir=run))
+    batch = run / "rollouts" / "sample.rank0.jsonl"
+    first, second = batch.read_text().splitlines(keepends=True)
+    (run / "rollouts" / "sample.rank0.done").unlink()
+    batch.write_text(first + second[: len(second) // 2])  # stopped while writing the second episode
+    with pytest.raises(ValueError, match=r"2 sampled \(1 sampling batches\)"):
+        train(compose_train(*overrides, out_dir=run))
+    lines = batch.read_text().splitlines(keepends=True)
+    assert lines[0] == first and len(lines) == 2  # the finished episode was not sampled again
+    ids = [json.loads(x)["episode_id"] for x in (first, second)]
+    assert json.loads(lines[1])["episode_id"] == ids[1] != ids[0]
+    assert (run / "rollouts" / "sample.rank0.jsonl.orig").read_text() == first + second[: len(second) // 2]
+    assert (run / "rollouts" / "sample.rank0.done").exists()
