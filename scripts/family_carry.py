@@ -13,7 +13,8 @@ needed): the weights carried are those of the finished stages that a stage still
 plan starts from (in --export-dtype, at most --export-max-mb), as the GPU host's own export picks
 them; a finished stage whose weights are in none of the places is set aside as
 ``<stage>.uncarried`` and runs again there. --to gets those weights, weights.json and
-family_runs.tar.gz: the runs' small files (no checkpoints, model files, rollouts or W&B files), the
+family_runs.tar.gz: the runs' small files (no checkpoints, model files, rollouts or W&B files, but an
+unfinished stage's sampling, so that it resumes there), the
 pipeline's journal (every place's, in order) and the sandbox baselines timed on the GPU hosts
 (--from only: a CPU machine's baselines are keyed by its own CPU and would never be used there).
 
@@ -57,6 +58,10 @@ CARRY_LIMIT = 64 * 2 ** 20
 NOT_COPIED = ("rollouts", "wandb", "*.safetensors", "*.bin")
 # Left out of the bundle too: the weights travel as parts.
 NOT_BUNDLED = {"rollouts", "wandb", "checkpoints"}
+# But an unfinished stage's sampling (RFT's, value pretraining's: src/stages/common.collect_trajectories,
+# episodes of its init actor, finished or cut off) travels, so that it resumes where it stopped
+# instead of sampling again: ~50 KB an episode before compression, and a value stage's 48 outlast a call.
+SAMPLING = ("sample*.rank*.jsonl", "sample*.rank*.jsonl.orig*", "sample*.rank*.done")
 
 
 def seed_entries(runs: Path) -> list[Path]:
@@ -85,12 +90,22 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
                 shutil.rmtree(target)
             if entry.is_dir():
                 shutil.copytree(entry, target, ignore=shutil.ignore_patterns(*NOT_COPIED))
+                if not finished(entry):
+                    copy_sampling(entry, target)
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copy2(entry, target)
             taken[rel] = runs
     join_journals(places, into)
     return taken
+
+
+def copy_sampling(stage_dir: Path, target: Path) -> None:
+    """The sampling files (SAMPLING) of ``stage_dir``'s rollouts into ``target``'s."""
+    for pattern in SAMPLING:
+        for f in (stage_dir / "rollouts").glob(pattern):
+            (target / "rollouts").mkdir(parents=True, exist_ok=True)
+            shutil.copy2(f, target / "rollouts" / f.name)
 
 
 def join_journals(places: list[Path], into: Path) -> None:
@@ -180,8 +195,12 @@ def unpack(state: Path, into: Path) -> Path:
 
 
 def bundle_filter(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
-    parts = Path(info.name).parts
-    if NOT_BUNDLED & set(parts) or info.name.endswith((".ckpt", ".safetensors", ".bin")):
+    path = Path(info.name)
+    # The runs' copy holds no rollouts but unfinished stages' sampling (merge_runs).
+    if (info.isdir() and path.name == "rollouts") or (path.parent.name == "rollouts"
+                                                       and any(path.match(p) for p in SAMPLING)):
+        return info
+    if NOT_BUNDLED & set(path.parts) or info.name.endswith((".ckpt", ".safetensors", ".bin")):
         return None
     return info
 

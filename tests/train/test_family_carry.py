@@ -101,6 +101,37 @@ def test_the_carry_takes_each_stage_from_its_latest_place_with_its_own_weights(t
                      '{"stage": "seed1/value"}']
 
 
+def test_an_unfinished_stages_sampling_travels_so_it_resumes_and_nothing_else_of_the_rollouts(tmp_path):
+    """A value stage stopped while sampling (its episodes cut off, no checkpoint): the episodes it
+    sampled go with the carry, so that the next machine samples only the rest; a finished
+    stage's sampling and any stage's training rollouts stay behind."""
+    gpu = tmp_path / "gpu" / "runs"
+    for rel in ("graduated/seed0/warmup", "graduated/seed0/rft"):
+        finished_stage(gpu, rel)
+    rft_rollouts = gpu / "graduated/seed0/rft/rollouts"
+    rft_rollouts.mkdir()
+    (rft_rollouts / "sample.rank0.jsonl").write_text('{"episode_id": "r"}\n')
+    (rft_rollouts / "sample.rank0.done").touch()
+    value = gpu / "graduated/seed0/value/rollouts"
+    value.mkdir(parents=True)
+    cut = '{"episode_id": "sample.rank0-s000000-r0-0000-t"}\n{"episode_id": "sample.rank0-s0'
+    (value / "sample.rank0.jsonl").write_text(cut)
+    (value / "sample.rank0.jsonl.orig").write_text("earlier\n")
+    (value / "train.jsonl").write_text("{}\n")
+    (value.parent / "train.log").write_text("sampling\n")
+    returned = state(tmp_path / "returned", gpu, {}, ["graduated/seed0/rft"])
+    dest = tmp_path / "next"
+    assert family_carry.main(["--from", str(returned), "--to", str(dest), "--with", str(tmp_path / "none"),
+                              "--seeds", "0", "--rewards", "graduated", "--reward-stages", "agentic",
+                              "--steps", "3,3,3,6"]) == 0
+    with tarfile.open(dest / family_carry.BUNDLE) as tar:
+        files = {n: tar.extractfile(n).read().decode() for n in tar.getnames() if tar.getmember(n).isfile()}
+    assert files["runs/graduated/seed0/value/rollouts/sample.rank0.jsonl"] == cut
+    assert files["runs/graduated/seed0/value/rollouts/sample.rank0.jsonl.orig"] == "earlier\n"
+    assert [n for n in files if "rollouts" in n] == sorted(n for n in files if "/value/rollouts/sample" in n)
+    assert "runs/graduated/seed0/value/train.log" in files
+
+
 def test_a_carry_over_the_limit_or_from_an_unreadable_place_says_so(tmp_path, capsys, monkeypatch):
     runs = tmp_path / "cpu"
     finished_stage(runs, "graduated/seed0/warmup")
