@@ -246,6 +246,10 @@ class RolloutDataModule(pl.LightningDataModule):
         kept = self.trainable(rows)
         batch = collate_rows(kept, self.pad_token_id(policy)) if kept else None
         metrics = rollout_metrics(rows, kept, wall)
+        if earlier:  # the wall is this run's: its speeds are of the episodes it sampled
+            done_now = list(new.values())
+            metrics.update({k: v for k, v in rollout_metrics(done_now, self.trainable(done_now), wall).items()
+                            if k.startswith("perf/")})
         return RolloutResult(rows, batch, metrics)
 
     def trainable(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
