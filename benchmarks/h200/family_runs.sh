@@ -15,7 +15,8 @@
 # unpacked first: the runs' small files, the task baselines timed so far (the cache key names the
 # CPU model and the software, so they are reused only on a host of the same kind) and the weights
 # of the finished stages that a stage still to run starts from; a stage that was stopped midway
-# starts again, and a finished one whose weights did not travel runs again.
+# starts again (RFT and value pretraining keeping the episodes their sampling finished: the bundle
+# holds rollouts/), and a finished one whose weights did not travel runs again.
 # What comes back in $OUT (at most 8 files, 64 MiB, and the same 64 MiB carry the state back in,
 # beside the ~13 MB of tracked files): family_runs.tar.gz (runs/: metrics.csv, pipeline.jsonl,
 # markers, rollouts, logs, no checkpoints, for scripts/plot_family.py; baselines/; family_logs/:
