@@ -58,10 +58,10 @@ CARRY_LIMIT = 64 * 2 ** 20
 NOT_COPIED = ("rollouts", "wandb", "*.safetensors", "*.bin")
 # Left out of the bundle too: the weights travel as parts.
 NOT_BUNDLED = {"rollouts", "wandb", "checkpoints"}
-# But an unfinished stage's sampling (RFT's, value pretraining's: src/stages/common.collect_trajectories,
-# episodes of its init actor, finished or cut off) travels, so that it resumes where it stopped
-# instead of sampling again: ~50 KB an episode before compression, and a value stage's 48 outlast a call.
-SAMPLING = ("sample*.rank*.jsonl", "sample*.rank*.jsonl.orig*", "sample*.rank*.done")
+# But an unfinished stage's sampling (family_pipeline.SAMPLING: episodes of its init actor, finished
+# or cut off) travels, so that it resumes where it stopped instead of sampling again: ~140 KB an
+# episode before compression, and a value stage's 48 outlast a call.
+SAMPLING = fp.SAMPLING
 
 
 def seed_entries(runs: Path) -> list[Path]:

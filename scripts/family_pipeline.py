@@ -279,6 +279,11 @@ def host_name() -> str:
     return ", ".join(parts)
 
 
+# A sampling stage's files (src/stages/common.collect_trajectories): each batch's episodes, what a
+# resume of a cut-off batch dropped from it, and the marker of a finished batch.
+SAMPLING = ("sample*.rank*.jsonl", "sample*.rank*.jsonl.orig*", "sample*.rank*.done")
+
+
 def hold_samples(stage_dir: Path) -> Optional[Path]:
     """The sampling batches of a discarded start of RFT or value pretraining
     (src/stages/common.collect_trajectories: ``rollouts/sample*.rank<r>.jsonl``, finished where a
@@ -288,21 +293,16 @@ def hold_samples(stage_dir: Path) -> Optional[Path]:
     episodes a cut-off batch lacks (minutes of device time: a value stage's 48 episodes outlast a
     10-minute call), and RFT's rule for further batches (``min_kept``) counts the batches already
     drawn rather than drawing the first one anew."""
-    samples = sorted((stage_dir / "rollouts").glob("sample*.rank*.jsonl"))
-    if not samples:
+    files = sorted({f for pattern in SAMPLING for f in (stage_dir / "rollouts").glob(pattern)})
+    batches = [f for f in files if f.suffix == ".jsonl"]
+    if not batches:
         return None
     held = stage_dir.with_name(stage_dir.name + ".samples")
     held.mkdir(exist_ok=True)
-    finished = 0
-    for f in samples:
-        done = f.with_suffix(".done")
-        if done.exists():
-            os.replace(done, held / done.name)
-            finished += 1
+    for f in files:
         os.replace(f, held / f.name)
-    for f in (stage_dir / "rollouts").glob("sample*.rank*.jsonl.orig*"):  # what an earlier resume dropped
-        os.replace(f, held / f.name)
-    print(f"family_pipeline: {stage_dir}: {finished} finished sampling batches and {len(samples) - finished} "
+    finished = sum(f.suffix == ".done" for f in files)
+    print(f"family_pipeline: {stage_dir}: {finished} finished sampling batches and {len(batches) - finished} "
           "cut off kept for the restart", file=sys.stderr)
     return held
 
