@@ -86,18 +86,24 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
                 print(f"family_carry: {rel}: kept finished from {taken[rel]}, not the unfinished one in {runs}",
                       file=sys.stderr)
                 continue
-            if target.is_dir():
-                shutil.rmtree(target)
-            if entry.is_dir():
-                shutil.copytree(entry, target, ignore=shutil.ignore_patterns(*NOT_COPIED))
-                if not finished(entry):
-                    copy_sampling(entry, target)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copy2(entry, target)
+            lay_down(entry, target, shutil.ignore_patterns(*NOT_COPIED))
+            if entry.is_dir() and not finished(entry):
+                copy_sampling(entry, target)
             taken[rel] = runs
     join_journals(places, into)
     return taken
+
+
+def lay_down(entry: Path, target: Path, ignore=None) -> None:
+    """``entry`` (a stage directory, or a file beside the stages) copied to ``target``, in place of
+    whatever run of it is there."""
+    if target.is_dir():
+        shutil.rmtree(target)
+    if entry.is_dir():
+        shutil.copytree(entry, target, ignore=ignore)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(entry, target)
 
 
 def copy_sampling(stage_dir: Path, target: Path) -> None:

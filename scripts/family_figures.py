@@ -14,7 +14,6 @@ summaries with the committed ones, so the numbers in docs/family.md stay the dat
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -41,6 +40,7 @@ FIGURES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
                          ("no_value", ("graduated/seed*/agentic_no_value", "graduated/seed*/agentic_no_value.start"))),
 }
 
+
 def assemble(figure: str, work: Path) -> Path:
     """The runs tree of ``figure`` (FIGURES) under ``work``: the chosen stage directories of each
     carry in order, and their journals joined (family_carry.join_journals)."""
@@ -53,10 +53,7 @@ def assemble(figure: str, work: Path) -> Path:
         if not chosen:
             raise ValueError(f"{figure}: no stage of {patterns} in data/family/carry/{carry}")
         for stage in chosen:
-            target = runs / stage.relative_to(source)
-            if target.exists():
-                shutil.rmtree(target)
-            shutil.copytree(stage, target)
+            family_carry.lay_down(stage, runs / stage.relative_to(source))
         sources.append(source)
     family_carry.join_journals(sources, runs)
     return runs

@@ -13,10 +13,11 @@ from .filters import FilterRules, exclusion_reasons, filter_rows
 from .policies import APIPolicy, Generation, HFPolicy, PolicyError, ScriptedPolicy, build_policy
 from .sampling import SamplingParams
 from .toolcall import ToolCall, parse_tool_calls
-from .trajectory import TemplateDrift, Trajectory, TrajectoryWriter, read_trajectories, render_transcript
+from .trajectory import (TemplateDrift, Trajectory, TrajectoryWriter, read_trajectories, render_transcript,
+                         resume_trajectories)
 from .workspace import Workspace, WorkspaceError
 
 __all__ = ["AgentConfig", "Episode", "run_episode", "run_episodes", "FilterRules", "exclusion_reasons",
            "filter_rows", "APIPolicy", "Generation", "HFPolicy", "PolicyError", "ScriptedPolicy", "build_policy",
            "SamplingParams", "ToolCall", "parse_tool_calls", "TemplateDrift", "Trajectory", "TrajectoryWriter",
-           "read_trajectories", "render_transcript", "Workspace", "WorkspaceError"]
+           "read_trajectories", "render_transcript", "resume_trajectories", "Workspace", "WorkspaceError"]

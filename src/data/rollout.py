@@ -220,8 +220,7 @@ class RolloutDataModule(pl.LightningDataModule):
         ``resume``, the episodes that file already holds (a batch cut off by a stopped run, by
         episode id: the same tasks, tag and step give the same ids) are taken as they are and only
         the rest are run, so a sampling stage stopped midway loses no finished episode."""
-        from src.agent import TrajectoryWriter, run_episodes
-        from src.agent.trajectory import resume_trajectories
+        from src.agent import TrajectoryWriter, resume_trajectories, run_episodes
 
         samples = self.samples_per_task if samples is None else samples
         episode_tasks = [t for t in tasks for _ in range(samples)]
