@@ -236,7 +236,7 @@ def train(cfg: DictConfig) -> dict[str, float]:
     agent = agent_config(cfg, actor)
     data = OmegaConf.to_container(cfg.data, resolve=True)
     dm = RolloutDataModule(output_dir=str(out_dir), sandbox=sandbox, reward=cfg.reward.name,
-                           device_gate=cfg.device_gate, **data)
+                           device_gate=cfg.device_gate, task_order_seed=cfg.seed, **data)
     dm.prepare()  # a task set without tasks fails here, before anything is written
     check_validation_sampling(cfg, dm.val_samples)
     module = build_module(cfg, actor, critic, agent)

@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import csv
 import io
+import json
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,7 @@ from typing import Optional
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import family_pipeline as fp  # noqa: E402
 import family_state  # noqa: E402
+import plot_family  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = "family_runs.tar.gz"
@@ -62,6 +64,9 @@ NOT_BUNDLED = {"rollouts", "wandb", "checkpoints"}
 # or cut off) travels, so that it resumes where it stopped instead of sampling again: ~140 KB an
 # episode before compression, and a value stage's 48 outlast a call.
 SAMPLING = fp.SAMPLING
+# And of an unfinished PPO stage's rollouts files (family_pipeline.SHARED_ROLLOUTS), the batch a
+# resume there can take (last_batch): a PPO step's 16 episodes or a validation's 38 take minutes.
+SHARED_ROLLOUTS = fp.SHARED_ROLLOUTS
 
 
 def seed_entries(runs: Path) -> list[Path]:
@@ -88,7 +93,7 @@ def merge_runs(places: list[Path], into: Path) -> dict[str, Path]:
                 continue
             lay_down(entry, target, shutil.ignore_patterns(*NOT_COPIED))
             if entry.is_dir() and not finished(entry):
-                copy_sampling(entry, target)
+                copy_resumable(entry, target)
             taken[rel] = runs
     join_journals(places, into)
     return taken
@@ -106,12 +111,50 @@ def lay_down(entry: Path, target: Path, ignore=None) -> None:
         shutil.copy2(entry, target)
 
 
-def copy_sampling(stage_dir: Path, target: Path) -> None:
-    """The sampling files (SAMPLING) of ``stage_dir``'s rollouts into ``target``'s."""
-    for pattern in SAMPLING:
-        for f in (stage_dir / "rollouts").glob(pattern):
+def copy_resumable(stage_dir: Path, target: Path) -> None:
+    """What a resume of ``stage_dir`` takes into ``target``'s rollouts: its sampling files
+    (SAMPLING) and, of its PPO rollouts files (SHARED_ROLLOUTS), the last batch, unless that was a
+    validation that finished (a resumed or restarted stage takes a batch only as its first: its
+    start validation, the validation its checkpoint owes, or the step after its checkpoint)."""
+    rollouts = stage_dir / "rollouts"
+    files = [f for pattern in SAMPLING for f in rollouts.glob(pattern)]
+    if files:
+        (target / "rollouts").mkdir(parents=True, exist_ok=True)
+    for f in files:
+        shutil.copy2(f, target / "rollouts" / f.name)
+    for name in SHARED_ROLLOUTS:
+        step, lines = last_batch(rollouts / name)
+        if lines and not (name == "val.jsonl" and validation_finished(stage_dir, step)):
             (target / "rollouts").mkdir(parents=True, exist_ok=True)
-            shutil.copy2(f, target / "rollouts" / f.name)
+            (target / "rollouts" / name).write_text("".join(lines), encoding="utf-8")
+
+
+def last_batch(path: Path) -> tuple[Optional[int], list[str]]:
+    """The step of the last batch in a rollouts file (rows' ``train_step``) and its whole lines."""
+    if not path.is_file():
+        return None, []
+    batches: dict[int, list[str]] = {}
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
+        try:
+            row = json.loads(line) if line.endswith("\n") else None
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict) and isinstance(row.get("train_step"), int):
+            batches.setdefault(row["train_step"], []).append(line)
+    if not batches:
+        return None, []
+    step = max(batches)
+    return step, batches[step]
+
+
+def validation_finished(stage_dir: Path, step: Optional[int]) -> bool:
+    """Whether the validation the actor of ``step`` had is in the stage's metrics: logged at
+    step - 1 (the start's at -1: src/stages/common.validate_outside_loop)."""
+    metrics = stage_dir / "metrics.csv"
+    if step is None or not metrics.is_file():
+        return False
+    series = plot_family.read_metrics(metrics)
+    return any(s == step - 1 for key in plot_family.HELDOUT_KEYS for s, _ in series.get(key, []))
 
 
 def join_journals(places: list[Path], into: Path) -> None:
@@ -202,9 +245,10 @@ def unpack(state: Path, into: Path) -> Path:
 
 def bundle_filter(info: tarfile.TarInfo) -> Optional[tarfile.TarInfo]:
     path = Path(info.name)
-    # The runs' copy holds no rollouts but unfinished stages' sampling (merge_runs).
+    # The runs' copy holds no rollouts but what unfinished stages resume from (merge_runs).
+    resumable = SAMPLING + SHARED_ROLLOUTS
     if (info.isdir() and path.name == "rollouts") or (path.parent.name == "rollouts"
-                                                       and any(path.match(p) for p in SAMPLING)):
+                                                       and any(path.match(p) for p in resumable)):
         return info
     if NOT_BUNDLED & set(path.parts) or info.name.endswith((".ckpt", ".safetensors", ".bin")):
         return None

@@ -246,7 +246,7 @@ def run_stage(stage_dir: Path, overrides: list[str], deadline: Optional[float], 
         import shutil
 
         keep_log(stage_dir)
-        held = hold_samples(stage_dir)
+        held = hold_rollouts(stage_dir)
         shutil.rmtree(stage_dir)
     stage_dir.mkdir(parents=True, exist_ok=True)
     if held is not None:
@@ -282,20 +282,30 @@ def host_name() -> str:
 # A sampling stage's files (src/stages/common.collect_trajectories): each batch's episodes, what a
 # resume of a cut-off batch dropped from it, and the marker of a finished batch.
 SAMPLING = ("sample*.rank*.jsonl", "sample*.rank*.jsonl.orig*", "sample*.rank*.done")
+# A PPO stage's rollouts files, one per tag that every step's batch appends to
+# (src/data/rollout.SHARED_TAGS): a restarted or resumed stage takes from them the episodes of the
+# step, or of the validation, that was cut off (its first), and what such a resume dropped.
+SHARED_ROLLOUTS = ("train.jsonl", "val.jsonl")
 
 
-def hold_samples(stage_dir: Path) -> Optional[Path]:
-    """The sampling batches of a discarded start of RFT or value pretraining
+def hold_rollouts(stage_dir: Path) -> Optional[Path]:
+    """A discarded start's episodes were all drawn from the stage's init actor, which the restart
+    starts from again (a step's batch is drawn after the checkpoint of the step before, so a start
+    without one drew only step 0's): they are moved aside (returned: a directory to put back as
+    the restart's ``rollouts``). RFT and value pretraining's sampling batches
     (src/stages/common.collect_trajectories: ``rollouts/sample*.rank<r>.jsonl``, finished where a
-    ``.done`` is beside) were drawn from the stage's init actor, which the restart starts from
-    again: they are moved aside (returned: a directory to put back as the restart's ``rollouts``),
-    so that the restart reads a finished batch instead of sampling it again, samples only the
-    episodes a cut-off batch lacks (minutes of device time: a value stage's 48 episodes outlast a
-    10-minute call), and RFT's rule for further batches (``min_kept``) counts the batches already
-    drawn rather than drawing the first one anew."""
-    files = sorted({f for pattern in SAMPLING for f in (stage_dir / "rollouts").glob(pattern)})
-    batches = [f for f in files if f.suffix == ".jsonl"]
-    if not batches:
+    ``.done`` is beside): the restart reads a finished batch instead of sampling it again, samples
+    only the episodes a cut-off batch lacks (minutes of device time: a value stage's 48 episodes
+    outlast a 10-minute call), and RFT's rule for further batches (``min_kept``) counts the batches
+    already drawn rather than drawing the first one anew. A PPO stage's ``val.jsonl`` and
+    ``train.jsonl`` (SHARED_ROLLOUTS): the restart's start validation (38 held-out episodes, about
+    as long as a call on the family's warm-up actor) and first step take the episodes finished."""
+    rollouts = stage_dir / "rollouts"
+    patterns = SAMPLING + tuple(p for name in SHARED_ROLLOUTS for p in (name, name + ".orig*"))
+    files = sorted({f for pattern in patterns for f in rollouts.glob(pattern)})
+    batches = [f for f in files if f.suffix == ".jsonl" and f.name not in SHARED_ROLLOUTS]
+    shared = [f.name for f in files if f.name in SHARED_ROLLOUTS]
+    if not batches and not shared:
         return None
     held = stage_dir.with_name(stage_dir.name + ".samples")
     held.mkdir(exist_ok=True)
@@ -303,7 +313,7 @@ def hold_samples(stage_dir: Path) -> Optional[Path]:
         os.replace(f, held / f.name)
     finished = sum(f.suffix == ".done" for f in files)
     print(f"family_pipeline: {stage_dir}: {finished} finished sampling batches and {len(batches) - finished} "
-          "cut off kept for the restart", file=sys.stderr)
+          f"cut off{''.join(', ' + name for name in shared)} kept for the restart", file=sys.stderr)
     return held
 
 

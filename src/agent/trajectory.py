@@ -212,12 +212,16 @@ def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
-def resume_trajectories(path: str | Path, episode_ids: list[str]) -> dict[str, dict[str, Any]]:
+def resume_trajectories(path: str | Path, episode_ids: list[str], shared: bool = False,
+                        tidy: bool = True) -> dict[str, dict[str, Any]]:
     """The episodes of ``episode_ids`` that ``path`` (a TrajectoryWriter file of a batch that was
     cut off) already holds, by id, so that a rerun samples only the rest. The file is left holding
     exactly those rows, whole lines only, for the rerun's appends: a line cut off mid-write, a
     repeated id and a row of another batch are dropped from it, and then the file as it was is
-    kept beside as ``<name>.orig`` (``.orig2``... after later reruns; nothing is lost, and nothing foreign is trained on)."""
+    kept beside as ``<name>.orig`` (``.orig2``... after later reruns; nothing is lost, and nothing foreign is trained on).
+    ``shared``: the file is one that every batch of a run appends to (a PPO stage's ``train.jsonl``,
+    ``val.jsonl``): the other batches' rows stay in it, only cut-off lines and repeats of a wanted id
+    go. ``tidy=False`` reads without rewriting (a rank whose shared file rank 0 tidies)."""
     path = Path(path)
     if not path.exists():
         return {}
@@ -235,7 +239,9 @@ def resume_trajectories(path: str | Path, episode_ids: list[str]) -> dict[str, d
         if eid in wanted and eid not in found:
             found[eid] = row
             kept.append(line)
-    if len(kept) < len(lines):
+        elif shared and eid is not None and eid not in wanted:
+            kept.append(line)  # another batch's row, in the file they share
+    if tidy and len(kept) < len(lines):
         n = 1 + sum(1 for _ in path.parent.glob(path.name + ".orig*"))  # an earlier rerun's stays
         os.replace(path, path.with_name(path.name + (".orig" if n == 1 else f".orig{n}")))
         with open(path, "w", encoding="utf-8") as f:

@@ -37,6 +37,9 @@ log = logging.getLogger(__name__)
 POOL_ADDRESS_ENV, POOL_KEY_ENV = "CUDA_AGENT_POOL_ADDRESS", "CUDA_AGENT_POOL_KEY"
 # device_gate settings: auto (gate when the sandbox times on the training device), always, never.
 GATE_MODES = ("auto", "always", "never")
+# Tags whose rollouts file every batch of a run appends to (a PPO step's episodes, a validation's),
+# unlike a sampling batch's file of its own (src/stages/common.collect_trajectories).
+SHARED_TAGS = ("train", "val")
 
 
 class ListDataset(Dataset):
@@ -48,6 +51,44 @@ class ListDataset(Dataset):
 
     def __getitem__(self, index: int) -> Any:
         return self.items[index]
+
+
+class StepBatches:
+    """The training tasks of each step, a function of the step alone: step ``s`` takes batch
+    ``s mod n`` of epoch ``s // n``'s order of the tasks (a permutation seeded by the run's seed
+    and the epoch; ``n`` batches an epoch), each rank its share of it (every ``world``-th task
+    from its rank's). An iteration starts at the step the trainer is at (``step()``: 0, or a resumed
+    checkpoint's) and runs to the end of that epoch, so a resumed run draws the tasks an
+    uninterrupted one draws, and those the stopped run drew for the step it was cut off in (whose
+    finished episodes it then takes: RolloutDataModule.rollout's ``resume``). A generator-seeded
+    shuffle would follow the global RNG that sampling draws from. Lightning reads it as
+    resumable (``state_dict``): the step it restores is the whole state."""
+
+    def __init__(self, items: Sequence[Any], batch_size: int, seed: int, step: Any, rank: int = 0,
+                 world: int = 1):
+        self.items, self.batch_size, self.seed, self.step = list(items), batch_size, seed, step
+        self.rank, self.world = rank, world
+
+    def __len__(self) -> int:
+        return (len(self.items) // self.world) // self.batch_size
+
+    def batch(self, step: int) -> list[Any]:
+        per_epoch = len(self)
+        epoch, index = divmod(step, per_epoch)
+        order = torch.randperm(len(self.items), generator=torch.Generator().manual_seed(self.seed * 100_003 + epoch))
+        share = order[:len(self.items) // self.world * self.world][self.rank::self.world]
+        return [self.items[i] for i in share[index * self.batch_size:(index + 1) * self.batch_size].tolist()]
+
+    def __iter__(self):
+        first = int(self.step())
+        for step in range(first, (first // len(self) + 1) * len(self)):
+            yield self.batch(step)
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
 
 
 def as_list(items: list) -> list:
@@ -86,7 +127,7 @@ class RolloutDataModule(pl.LightningDataModule):
                  val_max_tasks: int = 16, val_samples_per_task: int = 1, split_seed: int = 0,
                  max_tasks: int = 0, episodes_in_flight: int = 8, drop_stop_reasons: Sequence[str] = (),
                  mask_stop_reasons: Sequence[str] = (), trajectory_batch_size: int = 8, split_column: str = "",
-                 device_gate: str = "auto", prewarm_baselines: int = 0):
+                 device_gate: str = "auto", prewarm_baselines: int = 0, task_order_seed: int = 0):
         super().__init__()
         self.source, self.output_dir = tasks, Path(output_dir)
         self.sandbox_cfg, self.reward_name = dict(sandbox), reward
@@ -95,6 +136,8 @@ class RolloutDataModule(pl.LightningDataModule):
         self.split_seed, self.max_tasks, self.episodes_in_flight = split_seed, max_tasks, episodes_in_flight
         self.drop_stop_reasons, self.mask_stop_reasons = set(drop_stop_reasons), set(mask_stop_reasons)
         self.trajectory_batch_size, self.split_column = trajectory_batch_size, split_column
+        # Seeds the training tasks' order (StepBatches): the run's seed.
+        self.task_order_seed = task_order_seed
         if device_gate not in GATE_MODES:
             raise ValueError(f"device_gate={device_gate!r}: expected one of {', '.join(GATE_MODES)}")
         self.gate_mode = device_gate
@@ -198,13 +241,18 @@ class RolloutDataModule(pl.LightningDataModule):
         """SFT / value stages: batches become RolloutBatches of these rows instead of tasks."""
         self._trajectories, self.pad_id = list(rows), pad_id
 
-    def train_dataloader(self) -> DataLoader:
+    def train_dataloader(self) -> DataLoader | StepBatches:
         if self._trajectories is not None:
             return DataLoader(ListDataset(self._trajectories), batch_size=self.trajectory_batch_size, shuffle=True,
                               collate_fn=lambda rows: collate_rows(rows, self.pad_id))
         self.prepare()
-        return DataLoader(ListDataset(self.train_tasks), batch_size=min(self.tasks_per_step, len(self.train_tasks)),
-                          shuffle=True, drop_last=True, collate_fn=as_list)
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        per_rank = len(self.train_tasks) // world
+        if per_rank == 0:
+            raise TaskSetError(f"{len(self.train_tasks)} training tasks for {world} ranks: each rank needs one")
+        return StepBatches(self.train_tasks, min(self.tasks_per_step, per_rank), self.task_order_seed,
+                           lambda: trainer.global_step if trainer is not None else 0, rank, world)
 
     def val_dataloader(self) -> DataLoader:
         self.prepare()
@@ -219,15 +267,17 @@ class RolloutDataModule(pl.LightningDataModule):
         the rows to ``rollouts/<tag>.jsonl``, and return them with their batch and metrics. With
         ``resume``, the episodes that file already holds (a batch cut off by a stopped run, by
         episode id: the same tasks, tag and step give the same ids) are taken as they are and only
-        the rest are run, so a sampling stage stopped midway loses no finished episode."""
-        from src.agent import TrajectoryWriter, resume_trajectories, run_episodes
+        the rest are run, so a sampling stage stopped midway loses no finished episode. Only for
+        the batch a (re)started run's weights sampled before: its first, which the stopped run
+        drew with the weights it resumes from (a later one's file rows are of other weights)."""
+        from src.agent import TrajectoryWriter, run_episodes
 
         samples = self.samples_per_task if samples is None else samples
         episode_tasks = [t for t in tasks for _ in range(samples)]
         rank = self.trainer.global_rank if self.trainer is not None else 0
         ids = [f"{tag}-s{step:06d}-r{rank}-{i:04d}-{t.id}" for i, t in enumerate(episode_tasks)]
         path = self.output_dir / "rollouts" / f"{tag}.jsonl"
-        earlier = resume_trajectories(path, ids) if resume else {}
+        earlier = self.resumed_rows(path, ids, tag in SHARED_TAGS) if resume else {}
         if earlier:
             log.info("%s: %d of %d episodes already sampled (a stopped run's), sampling the other %d",
                      path.name, len(earlier), len(ids), len(ids) - len(earlier))
@@ -250,6 +300,19 @@ class RolloutDataModule(pl.LightningDataModule):
             metrics.update({k: v for k, v in rollout_metrics(done_now, self.trainable(done_now), wall).items()
                             if k.startswith("perf/")})
         return RolloutResult(rows, batch, metrics)
+
+    def resumed_rows(self, path: Path, ids: list[str], shared: bool) -> dict[str, dict[str, Any]]:
+        """The rows of ``ids`` that ``path`` holds (src.agent.resume_trajectories). Every rank
+        appends to a shared file (SHARED_TAGS): rank 0 alone tidies it, before the others read."""
+        from src.agent import resume_trajectories
+
+        trainer = self.trainer
+        if not shared or trainer is None or trainer.world_size == 1:
+            return resume_trajectories(path, ids, shared=shared)
+        if trainer.global_rank == 0:
+            resume_trajectories(path, ids, shared=True)
+        trainer.strategy.barrier()
+        return resume_trajectories(path, ids, shared=True, tidy=False)
 
     def trainable(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Drop rows whose ids cannot train (``drop_stop_reasons``), zero the policy mask of rows

@@ -214,12 +214,15 @@ def validation_temperature(sampling: dict[str, Any], val_samples: int) -> Option
     return float(temperature)
 
 
-def heldout_metrics(module: Any, tasks: list, policy: Any) -> dict[str, float]:
-    """Episodes on held-out tasks with the current actor; their rollout metrics as val/*."""
+def heldout_metrics(module: Any, tasks: list, policy: Any, resume: bool = False) -> dict[str, float]:
+    """Episodes on held-out tasks with the current actor; their rollout metrics as val/*.
+    ``resume``: the episodes of this validation that a stopped run finished are taken, not run
+    again (RolloutDataModule.rollout)."""
     dm = module.trainer.datamodule
     temperature = validation_temperature(module.sampling, dm.val_samples)
     with policy.sampling_at(temperature):
-        result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples)
+        result = dm.rollout(policy, tasks, module.agent, "val", int(module.global_step), samples=dm.val_samples,
+                            resume=resume)
     return {k.replace("rollout/", "val/"): v for k, v in result.metrics.items() if k.startswith("rollout/")}
 
 
@@ -279,13 +282,15 @@ def validate_outside_loop(module: Any, policy: Any, step: int) -> Optional[dict[
     """Held-out episodes run outside Lightning's validation loop, logged as val/* at ``step`` and
     on disk at once, whatever the logger's flush rule (a stage stopped right after keeps them:
     scripts/family_pipeline.py banks a start validation). Each rank runs its share of the
-    held-out tasks; the metrics are the mean over ranks. None when validation is off."""
+    held-out tasks; the metrics are the mean over ranks. None when validation is off.
+    Both such validations come first in a (re)started run and judge the weights it starts from,
+    those a stopped run's validation of the same step judged: its finished episodes are taken."""
     trainer = module.trainer
     dm = trainer.datamodule
     if not dm.val_tasks or not trainer.limit_val_batches:
         return None
     tasks = rank_share(dm.val_tasks, trainer.global_rank, trainer.world_size)
-    metrics = mean_over_ranks(heldout_metrics(module, tasks, policy), trainer.world_size)
+    metrics = mean_over_ranks(heldout_metrics(module, tasks, policy, resume=True), trainer.world_size)
     for logger in module.loggers:
         logger.log_metrics(metrics, step=step)
         logger.save()

@@ -52,6 +52,9 @@ class PPOStage(pl.LightningModule):
         self.validate_at_start, self.judge_only = validate_at_start, judge_only
         # The training step whose validation last finished (saved in the checkpoint; None: unknown).
         self._validated_step: Optional[int] = 0
+        # The step this process's training starts at (0, or a resumed checkpoint's): its batch is
+        # the one a stopped run may have cut off, sampled with the same weights (training_step).
+        self._first_step: Optional[int] = None
         self._policy = None
         # The reference policy for the KL term lives outside the module tree: never trained,
         # never checkpointed (it is the initial actor, rebuilt from init_from on resume:
@@ -86,6 +89,7 @@ class PPOStage(pl.LightningModule):
             ref.to(self.device)
 
     def on_train_start(self) -> None:
+        self._first_step = int(self.global_step)
         # Before the first update only: a resumed run has its start point already.
         if (self.validate_at_start or self.judge_only) and self.global_step == 0:
             validate_before_training(self, self.policy())
@@ -131,7 +135,9 @@ class PPOStage(pl.LightningModule):
 
     def training_step(self, tasks: list, batch_idx: int) -> None:
         dm = self.trainer.datamodule
-        result = dm.rollout(self.policy(), tasks, self.agent, "train", int(self.global_step))
+        # The first batch resumes: the episodes a stopped run sampled for it are taken, not run again.
+        result = dm.rollout(self.policy(), tasks, self.agent, "train", int(self.global_step),
+                            resume=int(self.global_step) == self._first_step)
         self.log_dict(result.metrics, batch_size=len(tasks), sync_dist=True)
         self.log("reward", result.metrics["rollout/reward_mean"], prog_bar=True, logger=False, batch_size=len(tasks))
         if result.batch is None:

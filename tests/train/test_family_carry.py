@@ -132,6 +132,32 @@ def test_an_unfinished_stages_sampling_travels_so_it_resumes_and_nothing_else_of
     assert "runs/graduated/seed0/value/train.log" in files
 
 
+def rows(*steps: int, tag: str = "train") -> str:
+    return "".join(json.dumps({"episode_id": f"{tag}-s{s:06d}-{i}", "train_step": s}) + "\n"
+                   for i, s in enumerate(steps))
+
+
+def test_of_an_unfinished_ppo_stages_rollouts_the_batch_a_resume_takes_travels(tmp_path):
+    """A PPO stage stopped in step 2 (its checkpoint: step 2's start) resumes there taking the
+    episodes step 2 finished: those travel, not steps 0 and 1's; its start validation finished
+    (in metrics.csv at step -1), so its episodes stay behind. A stage stopped in its start
+    validation takes that validation's finished episodes; a line cut off mid-write stays behind."""
+    stepped, starting = tmp_path / "runs" / "agentic_full", tmp_path / "runs" / "agentic_no_rft"
+    for stage in (stepped, starting):
+        (stage / "rollouts").mkdir(parents=True)
+    (stepped / "rollouts" / "train.jsonl").write_text(rows(0, 0, 1, 1, 2) + '{"episode_id": "train-s0000')
+    (stepped / "rollouts" / "val.jsonl").write_text(rows(0, 0, tag="val"))
+    write_metrics_csv(stepped, [{"step": -1, "val/reward_mean": 0.5}, {"step": 0, "rollout/reward_mean": 0.1}])
+    (starting / "rollouts" / "val.jsonl").write_text(rows(0, 0, tag="val"))
+    copied = {}
+    for stage in (stepped, starting):
+        family_carry.copy_resumable(stage, tmp_path / "carry" / stage.name)
+        copied.update({f"{stage.name}/{f.name}": f.read_text()
+                       for f in (tmp_path / "carry" / stage.name / "rollouts").iterdir()})
+    assert copied == {"agentic_full/train.jsonl": rows(0, 0, 1, 1, 2).splitlines(keepends=True)[-1],
+                      "agentic_no_rft/val.jsonl": rows(0, 0, tag="val")}
+
+
 def test_a_carry_over_the_limit_or_from_an_unreadable_place_says_so(tmp_path, capsys, monkeypatch):
     runs = tmp_path / "cpu"
     finished_stage(runs, "graduated/seed0/warmup")

@@ -362,7 +362,8 @@ def test_a_restart_keeps_the_sampling_its_discarded_start_did_finished_or_cut_of
     """RFT's and value pretraining's sampling (minutes of episodes from the init actor, which the
     restart starts from again) survives a discarded start: a finished batch, and a batch cut off
     midway (the restart samples only what it lacks: src/stages/common.collect_trajectories) with
-    what an earlier resume of it dropped; the training rollouts do not."""
+    what an earlier resume of it dropped; so do a PPO start's validation and first step episodes
+    (its restart takes those finished: src/data/rollout.SHARED_TAGS), and nothing else."""
     stage = tmp_path / "graduated" / "seed1" / "rft"
     rollouts = stage / "rollouts"
     rollouts.mkdir(parents=True)
@@ -371,14 +372,19 @@ def test_a_restart_keeps_the_sampling_its_discarded_start_did_finished_or_cut_of
     (rollouts / "sample2.rank0.jsonl").write_text('{"episode_id": "cut"}\n')  # no .done: cut off
     (rollouts / "sample2.rank0.jsonl.orig").write_text('{"episode_id": "cut"}\n{"epi')
     (rollouts / "train.jsonl").write_text('{"episode_id": "t"}\n')
+    (rollouts / "val.jsonl").write_text('{"episode_id": "v"}\n')
+    (rollouts / "val.jsonl.orig").write_text('{"episode_id": "v"}\n{"ep')
+    (rollouts / "other.jsonl").write_text('{"episode_id": "o"}\n')
     status = fp.run_stage(stage, ["stage=no_such_stage"], None, tmp_path / "pipeline.jsonl")
     assert status == "failed"
     assert sorted(p.name for p in (stage / "rollouts").iterdir()) == [
-        "sample.rank0.done", "sample.rank0.jsonl", "sample2.rank0.jsonl", "sample2.rank0.jsonl.orig"]
+        "sample.rank0.done", "sample.rank0.jsonl", "sample2.rank0.jsonl", "sample2.rank0.jsonl.orig",
+        "train.jsonl", "val.jsonl", "val.jsonl.orig"]
+    assert (stage / "rollouts" / "val.jsonl").read_text() == '{"episode_id": "v"}\n'
     assert (stage / "rollouts" / "sample.rank0.jsonl").read_text() == '{"episode_id": "a"}\n'
     assert (stage / "rollouts" / "sample2.rank0.jsonl").read_text() == '{"episode_id": "cut"}\n'
     assert not (stage.parent / "rft.samples").exists()
-    assert "1 finished sampling batches and 1 cut off kept" in capsys.readouterr().err
+    assert "1 finished sampling batches and 1 cut off, train.jsonl, val.jsonl kept" in capsys.readouterr().err
 
 
 def test_a_missing_or_unusable_actor_is_one_line_and_exit_2(tmp_path, capsys):

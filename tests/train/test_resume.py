@@ -99,3 +99,55 @@ def test_validation_is_owed_only_at_a_validation_step_not_yet_validated():
     assert not validation_owed(trainer(3), None)  # a checkpoint from before this was recorded
     assert not validation_owed(trainer(3, limit=0), 0) and not validation_owed(trainer(3, val_tasks=()), 0)
     assert not validation_owed(trainer(3, every=float("inf")), 0)
+
+
+def test_a_restarted_ppo_start_takes_the_episodes_its_stopped_start_finished(compose_train, tmp_path):
+    """A PPO stage stopped in its start validation or first step (no checkpoint: it starts again
+    from the same actor) keeps each finished episode as it was written and runs only the missing
+    ones under the same ids; lines cut off mid-write go beside. The episodes' wall times differ
+    from run to run, so a line written again would not be the same line."""
+    import json
+
+    from train import train
+
+    overrides = ("stage=warmup", "trainer.max_steps=1", "stage.module.validate_at_start=true",
+                 "data.val_samples_per_task=2")
+    train(compose_train(*overrides, out_dir=tmp_path / "whole"))
+    stopped = tmp_path / "stopped"
+    (stopped / "rollouts").mkdir(parents=True)
+    kept = {}
+    for name in ("val.jsonl", "train.jsonl"):
+        first, second = (tmp_path / "whole" / "rollouts" / name).read_text().splitlines(keepends=True)
+        kept[name] = (first, json.loads(second)["episode_id"])
+        (stopped / "rollouts" / name).write_text(first + second[: len(second) // 2])
+    train(compose_train(*overrides, out_dir=stopped))
+    for name, (first, missing) in kept.items():
+        lines = (stopped / "rollouts" / name).read_text().splitlines(keepends=True)
+        assert lines[0] == first and len(lines) == 2, name  # the finished episode was not run again
+        assert json.loads(lines[1])["episode_id"] == missing != json.loads(first)["episode_id"]
+        assert (stopped / "rollouts" / f"{name}.orig").exists()
+    assert rows_by_step(stopped, "val/reward_mean") == [-1] and rows_by_step(stopped, "rollout/reward_mean") == [0]
+
+
+def test_a_ppo_stage_resumed_in_a_step_takes_the_episodes_the_stopped_run_finished(compose_train, tmp_path):
+    """Resumed from its step-1 checkpoint, a stage draws step 1's tasks again (StepBatches) and
+    takes the episodes the stopped run finished for them; step 0's rows stay in the shared file."""
+    import json
+
+    from train import train
+
+    overrides = ("stage=warmup", "trainer.max_steps=2")
+    train(compose_train(*overrides, out_dir=tmp_path / "whole"))
+    lines = (tmp_path / "whole" / "rollouts" / "train.jsonl").read_text().splitlines(keepends=True)
+    assert [json.loads(x)["train_step"] for x in lines] == [0, 0, 1, 1]
+    stopped = tmp_path / "stopped"
+    train(compose_train("stage=warmup", "trainer.max_steps=1", out_dir=stopped))
+    path = stopped / "rollouts" / "train.jsonl"
+    step0 = path.read_text().splitlines(keepends=True)
+    # The stopped run got as far as step 1's first episode (that of the uninterrupted run, whose
+    # tasks a resumed run must draw too: else that episode is dropped and its task run again).
+    path.write_text("".join(step0) + lines[2] + lines[3][:40])
+    train(compose_train(*overrides, "ckpt_path=last", out_dir=stopped))
+    after = path.read_text().splitlines(keepends=True)
+    assert after[:3] == step0 + [lines[2]] and len(after) == 4
+    assert json.loads(after[3])["episode_id"] == json.loads(lines[3])["episode_id"]
