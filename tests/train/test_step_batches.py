@@ -75,7 +75,8 @@ def fit(tmp_path, max_steps: int, ckpt_path=None) -> dict[int, list[str]]:
 @pytest.mark.filterwarnings("ignore::UserWarning")
 def test_a_run_resumed_mid_epoch_draws_each_steps_tasks_as_an_uninterrupted_one(tmp_path):
     whole = fit(tmp_path / "whole", 8)
-    assert sorted(whole) == list(range(8))
+    order = StepBatches(TASKS, 2, seed=3, step=lambda: 0)
+    assert whole == {step: order.batch(step) for step in range(8)}  # three epochs' worth, each its own order
     first = fit(tmp_path / "cut", 4)  # stopped after step 4, in the middle of the second epoch
     resumed = fit(tmp_path / "cut", 8, ckpt_path=str(tmp_path / "cut" / "ckpt" / "last.ckpt"))
     assert sorted(resumed) == [4, 5, 6, 7]
