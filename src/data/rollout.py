@@ -56,13 +56,14 @@ class ListDataset(Dataset):
 class StepBatches:
     """The training tasks of each step, a function of the step alone: step ``s`` takes batch
     ``s mod n`` of epoch ``s // n``'s order of the tasks (a permutation seeded by the run's seed
-    and the epoch; ``n`` batches an epoch), each rank its share of it (every ``world``-th task
-    from its rank's). An iteration starts at the step the trainer is at (``step()``: 0, or a resumed
-    checkpoint's) and runs to the end of that epoch, so a resumed run draws the tasks an
-    uninterrupted one draws, and those the stopped run drew for the step it was cut off in (whose
-    finished episodes it then takes: RolloutDataModule.rollout's ``resume``). A generator-seeded
-    shuffle would follow the global RNG that sampling draws from. Lightning reads it as
-    resumable (``state_dict``): the step it restores is the whole state."""
+    and the epoch; ``n`` batches an epoch), rank ``r`` of ``world`` taking from every
+    ``world``-th task of that order, starting at the ``r``-th. An iteration starts at the step the
+    trainer is at (``step()``: 0, or a resumed checkpoint's) and runs to the end of that epoch, so
+    a resumed run draws the tasks an uninterrupted one draws, and those the stopped run drew for
+    the step it was cut off in (whose finished episodes it then takes: RolloutDataModule.rollout's
+    ``resume``). A shuffled DataLoader would not: a resumed run restarts its epoch from the first
+    batch, in an order drawn from the global RNG, which sampling draws from too. Lightning reads
+    this as resumable (``state_dict``): the step it restores is the whole state."""
 
     def __init__(self, items: Sequence[Any], batch_size: int, seed: int, step: Any, rank: int = 0,
                  world: int = 1):
