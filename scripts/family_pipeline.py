@@ -664,8 +664,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     try:
         if args.import_weights:
             written = family_state.import_weights(Path(args.import_weights), out, DONE)
-            print(f"family_pipeline: weights of {len(written)} finished stages from {args.import_weights}: "
-                  f"{', '.join(written) or 'none needed'}", file=sys.stderr)
+            print(f"family_pipeline: weights of {len(written)} stages (finished, or stopped to resume) from "
+                  f"{args.import_weights}: {', '.join(written) or 'none needed'}", file=sys.stderr)
         chains = plan_chains(out, seeds, rewards, ablations, settings)
         for stage_dir in family_state.reopen_uncarried(chains, DONE, ACTOR_ONLY):
             print(f"family_pipeline: {stage_dir} finished elsewhere but its weights are not here: it runs again "
