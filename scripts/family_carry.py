@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import csv
 import io
-import json
 import shutil
 import subprocess
 import sys
@@ -47,9 +46,9 @@ from pathlib import Path
 from typing import Optional
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import family_pipeline as fp  # noqa: E402
 import family_state  # noqa: E402
-import plot_family  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 BUNDLE = "family_runs.tar.gz"
@@ -124,37 +123,25 @@ def copy_resumable(stage_dir: Path, target: Path) -> None:
         shutil.copy2(f, target / "rollouts" / f.name)
     for name in SHARED_ROLLOUTS:
         step, lines = last_batch(rollouts / name)
-        if lines and not (name == "val.jsonl" and validation_finished(stage_dir, step)):
+        if lines and not (name == "val.jsonl" and step is not None and fp.has_validation(stage_dir, step)):
             (target / "rollouts").mkdir(parents=True, exist_ok=True)
             (target / "rollouts" / name).write_text("".join(lines), encoding="utf-8")
 
 
 def last_batch(path: Path) -> tuple[Optional[int], list[str]]:
     """The step of the last batch in a rollouts file (rows' ``train_step``) and its whole lines."""
+    from src.agent.trajectory import trajectory_lines  # here: src.agent's import costs ~2 s of start-up
+
     if not path.is_file():
         return None, []
     batches: dict[int, list[str]] = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True):
-        try:
-            row = json.loads(line) if line.endswith("\n") else None
-        except json.JSONDecodeError:
-            row = None
-        if isinstance(row, dict) and isinstance(row.get("train_step"), int):
+    for line, row in trajectory_lines(path):
+        if row is not None and isinstance(row.get("train_step"), int):
             batches.setdefault(row["train_step"], []).append(line)
     if not batches:
         return None, []
     step = max(batches)
     return step, batches[step]
-
-
-def validation_finished(stage_dir: Path, step: Optional[int]) -> bool:
-    """Whether the validation the actor of ``step`` had is in the stage's metrics: logged at
-    step - 1 (the start's at -1: src/stages/common.validate_outside_loop)."""
-    metrics = stage_dir / "metrics.csv"
-    if step is None or not metrics.is_file():
-        return False
-    series = plot_family.read_metrics(metrics)
-    return any(s == step - 1 for key in plot_family.HELDOUT_KEYS for s, _ in series.get(key, []))
 
 
 def join_journals(places: list[Path], into: Path) -> None:

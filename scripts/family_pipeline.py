@@ -400,11 +400,17 @@ def banked_start(stage_dir: Path) -> Path:
 
 def has_start_validation(stage_dir: Path) -> bool:
     """Whether ``stage_dir``'s metrics.csv holds a held-out validation before the first update."""
+    return has_validation(stage_dir, 0)
+
+
+def has_validation(stage_dir: Path, step: int) -> bool:
+    """Whether ``stage_dir``'s metrics.csv holds the held-out validation of the actor after ``step``
+    updates, logged at step - 1 (the start's at -1: src/stages/common.validate_outside_loop)."""
     metrics = stage_dir / "metrics.csv"
     if not metrics.is_file():
         return False
     series = plot_family.read_metrics(metrics)
-    return any(plot_family.at_start(series, key) is not None for key in plot_family.HELDOUT_KEYS)
+    return any(s == step - 1 for key in plot_family.HELDOUT_KEYS for s, _ in series.get(key, []))
 
 
 def bank_start_validation(stage_dir: Path) -> bool:

@@ -14,10 +14,11 @@ from .policies import APIPolicy, Generation, HFPolicy, PolicyError, ScriptedPoli
 from .sampling import SamplingParams
 from .toolcall import ToolCall, parse_tool_calls
 from .trajectory import (TemplateDrift, Trajectory, TrajectoryWriter, read_trajectories, render_transcript,
-                         resume_trajectories)
+                         resume_trajectories, trajectory_lines)
 from .workspace import Workspace, WorkspaceError
 
 __all__ = ["AgentConfig", "Episode", "run_episode", "run_episodes", "FilterRules", "exclusion_reasons",
            "filter_rows", "APIPolicy", "Generation", "HFPolicy", "PolicyError", "ScriptedPolicy", "build_policy",
            "SamplingParams", "ToolCall", "parse_tool_calls", "TemplateDrift", "Trajectory", "TrajectoryWriter",
-           "read_trajectories", "render_transcript", "resume_trajectories", "Workspace", "WorkspaceError"]
+           "read_trajectories", "render_transcript", "resume_trajectories", "trajectory_lines", "Workspace",
+           "WorkspaceError"]

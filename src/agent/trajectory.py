@@ -212,6 +212,23 @@ def read_trajectories(path: str | Path) -> list[dict[str, Any]]:
         return [json.loads(line) for line in f if line.strip()]
 
 
+def trajectory_lines(path: str | Path) -> list[tuple[str, Optional[dict[str, Any]]]]:
+    """Each non-blank line of a TrajectoryWriter file, as written, with its row: None for a line
+    cut off mid-write (no newline: a run stopped while appending) or one that is not JSON."""
+    with open(path, encoding="utf-8") as f:
+        lines = f.readlines()
+    out = []
+    for line in lines:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line) if line.endswith("\n") else None
+        except json.JSONDecodeError:
+            row = None
+        out.append((line, row if isinstance(row, dict) else None))
+    return out
+
+
 def resume_trajectories(path: str | Path, episode_ids: list[str], shared: bool = False,
                         tidy: bool = True) -> dict[str, dict[str, Any]]:
     """The episodes of ``episode_ids`` that ``path`` (a TrajectoryWriter file of a batch that was
@@ -226,16 +243,9 @@ def resume_trajectories(path: str | Path, episode_ids: list[str], shared: bool =
     if not path.exists():
         return {}
     wanted, found, kept = set(episode_ids), {}, []
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    for line in lines:
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line) if line.endswith("\n") else None  # no newline: cut off mid-write
-        except json.JSONDecodeError:
-            row = None
-        eid = row.get("episode_id") if isinstance(row, dict) else None
+    lines = trajectory_lines(path)
+    for line, row in lines:
+        eid = row.get("episode_id") if row is not None else None
         if eid in wanted and eid not in found:
             found[eid] = row
             kept.append(line)
