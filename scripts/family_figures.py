@@ -35,9 +35,11 @@ FIGURES: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     # Graduated against binary and continuous on the full pipeline (the rewards bundle leaves out
     # the graduated PPO runs: they are t05's).
     "family_rewards": (("rewards", ("*/seed*/agentic_*",)), GRADUATED_FULL),
-    # The ablations on the graduated reward: full, and PPO without value pretraining.
+    # The ablations on the graduated reward: full, PPO without value pretraining, and value
+    # pretraining and PPO from the warm-up actor (no RFT).
     "family_ablations": (GRADUATED_FULL,
-                         ("no_value", ("graduated/seed*/agentic_no_value", "graduated/seed*/agentic_no_value.start"))),
+                         ("no_value", ("graduated/seed*/agentic_no_value", "graduated/seed*/agentic_no_value.start")),
+                         ("no_rft", ("graduated/seed*/agentic_no_rft", "graduated/seed*/agentic_no_rft.start"))),
 }
 
 
