@@ -529,3 +529,52 @@ def test_judge_stages_follow_the_ppo_stages_judge_their_start_actors_and_carry_t
         if not run.stage.judge:
             (run.stage_dir / fp.DONE).write_text("{}\n")
     assert fp.family_state.starts_needed([chain], fp.DONE, fp.ACTOR_ONLY) == [tmp_path / "graduated" / "seed0" / "value"]
+
+
+def test_actors_packed_from_a_carry_are_judged_side_by_side_on_the_held_out_tasks(pipeline_run, family_actor,
+                                                                                   sandbox_cache, tmp_path, capsys):
+    """scripts/judge_family_actors.py: PPO's actor and RFT's, taken from a carry (float16, no
+    critic), judged at once in one run with the pipeline's validation settings; a rerun judges
+    nothing again, and input it cannot use is one line and exit 2."""
+    import family_state
+    import judge_family_actors as jfa
+
+    run = pipeline_run / "graduated" / "seed0"
+    carry = tmp_path / "carry"
+    family_state.export_weights([run / "agentic_full", run / "rft"], pipeline_run, carry, dtype="float16")
+    packed = tmp_path / "packed"
+    assert jfa.main(["pack", "--to", str(packed), "--from", str(carry), "--stage", "graduated/seed0/agentic_full=after",
+                     "--stage", "graduated/seed0/rft=start"]) == 0
+    after = torch.load(packed / "graduated" / "seed0" / "after.ckpt", weights_only=False)["state_dict"]
+    trained = torch.load(run / "agentic_full" / "checkpoints" / "last.ckpt", map_location="cpu",
+                         weights_only=False)["state_dict"]
+    assert after and after.keys() == {k for k in trained if k.startswith("actor.")}
+    assert all(v.dtype == torch.float16 and torch.allclose(v.float(), trained[k], atol=1e-3, rtol=1e-3)
+               for k, v in after.items() if v.is_floating_point())
+
+    settings = tiny_settings(family_actor, sandbox_cache)
+    flags = ["--actor", str(family_actor), "--val-tasks", "1", "--max-turns", str(settings.max_turns),
+             "--max-new-tokens", str(settings.max_new_tokens), "--tasks-per-step", "1", "--max-tasks", "1",
+             *[a for item in settings.extra for a in ("--set", item)]]
+    out = tmp_path / "judged"
+    assert jfa.main(["judge", "--actors", str(packed), "--out", str(out), *flags]) == 0
+    judged = {row["judge"]: row for row in json.loads((out / "judged.json").read_text())}
+    assert set(judged) == {"graduated/seed0/judge_after", "graduated/seed0/judge_start"}
+    for label in ("after", "start"):
+        row = judged[f"graduated/seed0/judge_{label}"]
+        assert row["status"] == "done" and row["val/episodes"] == 1 and -1 <= row["val/reward_mean"] <= 3
+        log = (out / "graduated" / "seed0" / f"judge_{label}" / "pipeline.log").read_text()
+        assert f"init_from {packed / 'graduated' / 'seed0' / f'{label}.ckpt'}: {{'actor'" in log
+    capsys.readouterr()
+    start = time.monotonic()
+    assert jfa.main(["judge", "--actors", str(packed), "--out", str(out), *flags]) == 0
+    assert {json.loads(line)["status"] for line in capsys.readouterr().out.splitlines()} == {"skipped"}
+    assert time.monotonic() - start < 10
+
+    assert jfa.main(["pack", "--to", str(tmp_path / "x"), "--from", str(carry),
+                     "--stage", "graduated/seed1/value=v"]) == 2
+    assert "no weights of graduated/seed1/value" in capsys.readouterr().err
+    (tmp_path / "stray").mkdir()
+    (tmp_path / "stray" / "actor.ckpt").write_bytes(b"")
+    assert jfa.main(["judge", "--actors", str(tmp_path / "stray"), "--out", str(out), *flags]) == 2
+    assert "not <reward>/seed<k>/<label>.ckpt" in capsys.readouterr().err
