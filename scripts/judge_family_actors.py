@@ -20,7 +20,8 @@ validation, then stop). It prints one JSON line per actor and writes judged.json
     # CPU, toy size (2 held-out tasks):
     python scripts/judge_family_actors.py judge --actors .famjudge --out outputs/family/judged \\
         --actor outputs/family/actor --val-tasks 2 --val-temperature 0 --max-new-tokens 256
-    # one GPU host (the family's validation settings; every actor at once on the host's cores):
+    # one GPU host (the family's validation settings; every actor at once on the host's cores;
+    # --time-budget-s at least 40 s under the call's limit: a stopped judge gets 30 s to end):
     python3 scripts/judge_family_actors.py judge --actors .famjudge --out outputs/family/judged \\
         --actor /tmp/family_actor --trainer gpu --val-tasks 0 --val-temperature 0 --time-budget-s 480 \\
         --set sandbox.lane_cpus=0 --set sandbox.lane_slots=4 --set sampling.decoder=static
