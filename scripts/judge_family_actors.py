@@ -35,7 +35,6 @@ time budget stopped one (rerun to continue), 1 when one failed, 2 with one line 
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import re
 import sys
@@ -50,6 +49,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))
 import family_carry  # noqa: E402
 import family_pipeline as fp  # noqa: E402
 import family_state  # noqa: E402
+import plot_family  # noqa: E402
 
 # A packed actor's place: <reward>/seed<k>/<label>.ckpt
 PACKED = re.compile(r"^(?P<reward>[a-z]+)/seed(?P<seed>\d+)/(?P<label>[A-Za-z0-9_.-]+)\.ckpt$")
@@ -106,14 +106,10 @@ def packed_actors(root: Path) -> list[tuple[str, int, str, Path]]:
 
 def judged_metrics(stage_dir: Path) -> Optional[dict]:
     """The start validation's metrics of a judge (None: not judged)."""
-    path = stage_dir / "metrics.csv"
-    if not path.is_file():
+    series = plot_family.read_stage(stage_dir)
+    if not series.get("val/episodes"):
         return None
-    with path.open(newline="") as f:
-        rows = [r for r in csv.DictReader(f) if r.get("val/episodes")]
-    if not rows:
-        return None
-    return {k: float(rows[-1][k]) for k in REPORTED if rows[-1].get(k)}
+    return {k: series[k][-1][1] for k in REPORTED if series.get(k)}
 
 
 def judge(args: argparse.Namespace, plan_argv: list[str]) -> int:
@@ -150,11 +146,9 @@ def judge(args: argparse.Namespace, plan_argv: list[str]) -> int:
 
 def parse_pack(argv: list[str]) -> tuple[Path, list[tuple[str, list[tuple[str, str]]]]]:
     """--to, then --from PLACE followed by its --stage STAGE=LABEL options, in order."""
-    p = argparse.ArgumentParser(prog="judge_family_actors.py pack")
-    p.add_argument("--to", required=True, help="the folder the call carries (its packed actors are added to)")
-    p.add_argument("--from", dest="place", action="append", default=[], help="a carry: weights.json and parts, or git:REV:PATH")
-    p.add_argument("--stage", action="append", default=[],
-                   help="STAGE=LABEL, e.g. graduated/seed1/agentic_full=step3: that stage's actor of the --from before it")
+    # Read by hand (each --stage belongs to the --from before it); the parser only words the errors.
+    p = argparse.ArgumentParser(prog="judge_family_actors.py pack",
+                                usage="%(prog)s --to DIR (--from PLACE --stage STAGE=LABEL [--stage ...]) ...")
     places: list[tuple[str, list[tuple[str, str]]]] = []
     i = 0
     to = None
