@@ -65,12 +65,19 @@ def carried_times(tasks: list[tuple[str, Path]], cfg, cache_root: Optional[Path]
     return out
 
 
-def time_round(tasks: list[tuple[str, Path]], cfg, workers: int, cache_root: Path) -> dict[str, dict]:
-    """{task id: {"eager": us, "compile": us, "seconds": s}} timed afresh into ``cache_root``."""
+def time_round(tasks: list[tuple[str, Path]], cfg, workers: int, cache_root: Path,
+               inductor: Optional[Path] = None) -> dict[str, dict]:
+    """{task id: {"eager": us, "compile": us, "seconds": s}} timed afresh into ``cache_root``;
+    ``inductor``: torch.compile's cache (generated kernels and their builds) shared with other
+    rounds, so that a later round's compile work is what a host holding that cache would pay."""
     from tqdm import tqdm
 
     from sandbox.baselines_cli import time_tasks
 
+    if inductor is not None:
+        inductor.mkdir(parents=True, exist_ok=True)
+        cache_root.mkdir(parents=True, exist_ok=True)
+        (cache_root / "inductor").symlink_to(inductor, target_is_directory=True)
     cfg = replace(cfg, cache_dir=str(cache_root))
     out = {}
     todo = [(path, task_id) for task_id, path in tasks]
@@ -141,6 +148,8 @@ def main(argv=None) -> int:
     p.add_argument("--limit", type=int, default=0, help="the first N tasks of the split (0: all)")
     p.add_argument("--rounds", type=int, default=2, help="fresh timings of every task, each into an empty cache")
     p.add_argument("--workers", type=int, default=1, help="tasks at once (python -m sandbox baselines --workers)")
+    p.add_argument("--share-inductor", action="store_true",
+                   help="rounds share torch.compile's cache: round 1 compiles, later rounds reuse its kernels")
     p.add_argument("--set", action="append", default=[], help="a sandbox setting, key=value (repeatable)")
     p.add_argument("--out", type=Path, default=None, help="write every timing and the summary here (JSON)")
     args = p.parse_args(argv)
@@ -156,22 +165,27 @@ def main(argv=None) -> int:
     # The family's stages judge with lane_slots 4 and lane_cpus 0 (family_runs.sh); neither is in
     # the baselines' cache key, and the rounds time with the baselines CLI's own lanes.
     cfg = sandbox_config(4, 0, parse_sets(args.set))
-    started, rounds, machine = time.monotonic(), [], host()
+    started, rounds, round_seconds, machine = time.monotonic(), [], [], host()
     with tempfile.TemporaryDirectory(prefix="drift_") as work:
         tasks = [(spec.id, path) for spec, path in write_tasks(rows, Path(work) / "tasks")]
         carried = carried_times(tasks, cfg, args.carried)
         print(f"{len(tasks)} tasks; the carried cache holds {len(carried)} of them under this config",
               file=sys.stderr)
         for i in range(args.rounds):  # written after each round, so a call stopped at its limit keeps them
-            rounds.append(time_round(tasks, cfg, args.workers, Path(work) / f"round{i + 1}"))
+            inductor = Path(work) / "inductor" if args.share_inductor else None
+            started_round = time.monotonic()
+            rounds.append(time_round(tasks, cfg, args.workers, Path(work) / f"round{i + 1}", inductor))
+            round_seconds.append(time.monotonic() - started_round)
             summary = comparisons(rounds, carried)
             if args.out:
                 args.out.parent.mkdir(parents=True, exist_ok=True)
                 args.out.write_text(json.dumps({
                     "tasks": [t for t, _ in tasks], "carried": carried, "rounds": rounds, "summary": summary,
                     "workers": args.workers, "sets": args.set, "host": machine,
+                    "round_seconds": round_seconds, "share_inductor": args.share_inductor,
                     "seconds": time.monotonic() - started}, indent=1))
     print(table(summary))
+    print("round seconds: " + ", ".join(f"{x:.0f}" for x in round_seconds))
     return 0
 
 

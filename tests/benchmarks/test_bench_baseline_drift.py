@@ -55,8 +55,10 @@ def test_what_a_round_times_is_found_as_carried_under_the_same_config(tmp_path):
 
 def test_a_run_writes_its_rounds_and_the_host_that_timed_them(tmp_path):
     out = tmp_path / "drift.json"
-    assert main(["--limit", "1", "--rounds", "2", "--set", "compile_baseline=false", "--out", str(out)]) == 0
+    assert main(["--limit", "1", "--rounds", "2", "--share-inductor", "--set", "compile_baseline=false",
+                 "--out", str(out)]) == 0
     run = json.loads(out.read_text())
+    assert run["share_inductor"] and len(run["round_seconds"]) == 2
     assert len(run["rounds"]) == 2 and run["carried"] == {} and run["host"]["device"].startswith("cpu:")
     assert [p["pair"] for p in run["summary"]] == ["round 2 / round 1"]
 
