@@ -11,7 +11,10 @@ Two steps. `pack` runs where the carries are: each stage's actor is taken from a
 (a folder with weights.json and parts, or git:REV:PATH), float16, without the critic (a judge
 builds a fresh one), 9 MB each, into a folder that a device call carries. `judge` runs every
 packed actor at once on the host, one train.py run each (stage.module.judge_only: the start
-validation, then stop). It prints one JSON line per actor and writes judged.json in --out.
+validation, then stop). It prints one JSON line per actor, then one comparing them on the tasks
+every judge finished (a budget may stop them at different ones), and writes judged.json in --out
+(per judge: the validation's metrics when it finished, and each task's graduated reward, pass and
+faster-than-compile from its episodes on disk; the common tasks' sums).
 
     # here: seed 1's graduated and continuous actors after PPO step 3
     python scripts/judge_family_actors.py pack --to .famjudge \\
@@ -112,6 +115,36 @@ def judged_metrics(stage_dir: Path) -> Optional[dict]:
     return {k: series[k][-1][1] for k in REPORTED if series.get(k)}
 
 
+def task_scores(stage_dir: Path) -> dict[str, dict]:
+    """Each held-out task a judge finished, from its episodes on disk (rollouts/val.jsonl; a judge
+    stopped by the budget has them for the tasks it finished): the graduated reward (one scale
+    for every arm), whether it passed and whether it beat torch.compile."""
+    from src.data.rollout import COMMON_REWARD, rollout_metrics
+
+    path = stage_dir / "rollouts" / "val.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    scores = {}
+    for row in rows:  # one episode a task (val_samples_per_task 1); a later row of a task wins
+        m = rollout_metrics([row], [row], 0.0)
+        scores[Path(row["task"]).stem] = {"graduated": m[f"rollout/{COMMON_REWARD}_reward_mean"],
+                                          "passed": bool(m["rollout/pass_rate"]),
+                                          "faster_than_compile": bool(m["rollout/faster_than_compile"])}
+    return scores
+
+
+def on_common_tasks(judged: dict[str, dict[str, dict]]) -> dict:
+    """The judges compared on the tasks every one of them finished (the budget may stop them at
+    different tasks): per judge, the summed graduated reward and the passes and faster-than-
+    compile counts over those tasks."""
+    sets = [set(scores) for scores in judged.values()]
+    common = sorted(set.intersection(*sets)) if sets else []
+    return {"tasks": common, "by_judge": {
+        name: {"graduated_sum": sum(scores[t]["graduated"] for t in common),
+               "passed": sum(scores[t]["passed"] for t in common),
+               "faster_than_compile": sum(scores[t]["faster_than_compile"] for t in common)}
+        for name, scores in judged.items()}}
+
+
 def judge(args: argparse.Namespace, plan_argv: list[str]) -> int:
     out, _, _, _, settings = fp.planned(fp.parse_args([*plan_argv, "--out", args.out]))
     if not settings.actor or not Path(settings.actor, "config.json").exists():
@@ -133,12 +166,17 @@ def judge(args: argparse.Namespace, plan_argv: list[str]) -> int:
         t.start()
     for t in threads:
         t.join()
-    summary = []
+    rows, scores = [], {}
     for stage_dir, status in sorted(statuses.items()):
-        row = {"judge": stage_dir.relative_to(out).as_posix(), "status": status, **(judged_metrics(stage_dir) or {})}
+        name = stage_dir.relative_to(out).as_posix()
+        scores[name] = task_scores(stage_dir)
+        row = {"judge": name, "status": status, "episodes_on_disk": len(scores[name]),
+               **(judged_metrics(stage_dir) or {})}
         print(json.dumps(row))
-        summary.append(row)
-    (out / "judged.json").write_text(json.dumps(summary, indent=1) + "\n")
+        rows.append({**row, "tasks": scores[name]})
+    common = on_common_tasks(scores)
+    print(json.dumps({"common_tasks": len(common["tasks"]), **common["by_judge"]}))
+    (out / "judged.json").write_text(json.dumps({"judges": rows, "common": common}, indent=1) + "\n")
     if "failed" in statuses.values():
         return 1
     return fp.INCOMPLETE if "stopped" in statuses.values() else 0

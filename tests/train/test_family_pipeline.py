@@ -558,17 +558,25 @@ def test_actors_packed_from_a_carry_are_judged_side_by_side_on_the_held_out_task
              *[a for item in settings.extra for a in ("--set", item)]]
     out = tmp_path / "judged"
     assert jfa.main(["judge", "--actors", str(packed), "--out", str(out), *flags]) == 0
-    judged = {row["judge"]: row for row in json.loads((out / "judged.json").read_text())}
+    report = json.loads((out / "judged.json").read_text())
+    judged = {row["judge"]: row for row in report["judges"]}
     assert set(judged) == {"graduated/seed0/judge_after", "graduated/seed0/judge_start"}
     for label in ("after", "start"):
         row = judged[f"graduated/seed0/judge_{label}"]
         assert row["status"] == "done" and row["val/episodes"] == 1 and -1 <= row["val/reward_mean"] <= 3
+        # The per-task scores read from the episodes on disk agree with the validation's metrics.
+        (task, score), = row["tasks"].items()
+        assert score["graduated"] == row["val/graduated_reward_mean"]
+        assert score["faster_than_compile"] == bool(row["val/faster_than_compile"])
+        assert report["common"]["by_judge"][row["judge"]]["graduated_sum"] == score["graduated"]
         log = (out / "graduated" / "seed0" / f"judge_{label}" / "pipeline.log").read_text()
         assert f"init_from {packed / 'graduated' / 'seed0' / f'{label}.ckpt'}: {{'actor'" in log
+    assert report["common"]["tasks"] == [task]
     capsys.readouterr()
     start = time.monotonic()
     assert jfa.main(["judge", "--actors", str(packed), "--out", str(out), *flags]) == 0
-    assert {json.loads(line)["status"] for line in capsys.readouterr().out.splitlines()} == {"skipped"}
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert {row["status"] for row in printed[:-1]} == {"skipped"} and printed[-1]["common_tasks"] == 1
     assert time.monotonic() - start < 10
 
     assert jfa.main(["pack", "--to", str(tmp_path / "x"), "--from", str(carry),
@@ -578,3 +586,19 @@ def test_actors_packed_from_a_carry_are_judged_side_by_side_on_the_held_out_task
     (tmp_path / "stray" / "actor.ckpt").write_bytes(b"")
     assert jfa.main(["judge", "--actors", str(tmp_path / "stray"), "--out", str(out), *flags]) == 2
     assert "not <reward>/seed<k>/<label>.ckpt" in capsys.readouterr().err
+
+
+def test_judges_are_compared_on_the_tasks_every_one_finished():
+    import judge_family_actors as jfa
+
+    def score(graduated: float, passed: bool, faster: bool) -> dict:
+        return {"graduated": graduated, "passed": passed, "faster_than_compile": faster}
+
+    # The budget stopped b after two tasks; a also judged t3 (a failure, -1), left out of both sums.
+    a = {"t1": score(3.0, True, True), "t2": score(2.0, True, False), "t3": score(-1.0, False, False)}
+    b = {"t2": score(1.0, True, False), "t1": score(2.0, True, False)}
+    common = jfa.on_common_tasks({"a": a, "b": b})
+    assert common["tasks"] == ["t1", "t2"]
+    assert common["by_judge"] == {"a": {"graduated_sum": 5.0, "passed": 2, "faster_than_compile": 1},
+                                  "b": {"graduated_sum": 3.0, "passed": 2, "faster_than_compile": 0}}
+    assert jfa.on_common_tasks({}) == {"tasks": [], "by_judge": {}}
