@@ -122,9 +122,13 @@ def task_scores(stage_dir: Path) -> dict[str, dict]:
     from src.data.rollout import COMMON_REWARD, rollout_metrics
 
     path = stage_dir / "rollouts" / "val.jsonl"
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
     scores = {}
-    for row in rows:  # one episode a task (val_samples_per_task 1); a later row of a task wins
+    for line in path.read_text().splitlines() if path.is_file() else []:
+        try:
+            row = json.loads(line)
+        except ValueError:  # a judge killed mid-write leaves its last line cut: that episode is lost
+            continue
+        # One episode a task (val_samples_per_task 1); a later row of a task wins.
         m = rollout_metrics([row], [row], 0.0)
         scores[Path(row["task"]).stem] = {"graduated": m[f"rollout/{COMMON_REWARD}_reward_mean"],
                                           "passed": bool(m["rollout/pass_rate"]),
@@ -170,7 +174,7 @@ def judge(args: argparse.Namespace, plan_argv: list[str]) -> int:
     for stage_dir, status in sorted(statuses.items()):
         name = stage_dir.relative_to(out).as_posix()
         scores[name] = task_scores(stage_dir)
-        row = {"judge": name, "status": status, "episodes_on_disk": len(scores[name]),
+        row = {"judge": name, "status": status, "tasks_on_disk": len(scores[name]),
                **(judged_metrics(stage_dir) or {})}
         print(json.dumps(row))
         rows.append({**row, "tasks": scores[name]})

@@ -602,3 +602,11 @@ def test_judges_are_compared_on_the_tasks_every_one_finished():
     assert common["by_judge"] == {"a": {"graduated_sum": 5.0, "passed": 2, "faster_than_compile": 1},
                                   "b": {"graduated_sum": 3.0, "passed": 2, "faster_than_compile": 0}}
     assert jfa.on_common_tasks({}) == {"tasks": [], "by_judge": {}}
+
+
+def test_a_judge_cut_mid_write_loses_only_its_last_episode(tmp_path):
+    import judge_family_actors as jfa
+
+    (tmp_path / "rollouts").mkdir()
+    (tmp_path / "rollouts" / "val.jsonl").write_text('{"episode_id": "val-s000000-r0-0000-fam_a", "task": "/t/fam')
+    assert jfa.task_scores(tmp_path) == {} and jfa.task_scores(tmp_path / "none") == {}
