@@ -36,17 +36,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from bench_family_load import parse_sets, sandbox_config  # noqa: E402
+from bench_family_phases import family_rows  # noqa: E402
 
-TASKS = ROOT / "data" / "family" / "cpu" / "tasks.parquet"
 KINDS = ("eager", "compile")
-
-
-def family_rows(split: str, limit: int) -> list[dict]:
-    """The family rows of ``split`` ("all": every row), the first ``limit`` (0: all)."""
-    import pyarrow.parquet as pq
-
-    rows = [r for r in pq.read_table(TASKS).to_pylist() if split == "all" or r.get("split") == split]
-    return rows[:limit] if limit else rows
 
 
 def carried_times(tasks: list[tuple[str, Path]], cfg, cache_root: Optional[Path]) -> dict[str, dict]:

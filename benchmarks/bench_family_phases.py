@@ -26,11 +26,17 @@ sys.path.insert(0, str(ROOT))
 TASKS = ROOT / "data" / "family" / "cpu" / "tasks.parquet"
 
 
-def train_rows(n: int) -> list[dict]:
-    """The first ``n`` training rows of the family set."""
+def family_rows(split: str, n: int = 0) -> list[dict]:
+    """The first ``n`` rows (0: all) of the family set's ``split`` ("all": every row)."""
     import pyarrow.parquet as pq
 
-    return [r for r in pq.read_table(TASKS).to_pylist() if r.get("split") == "train"][:n]
+    rows = [r for r in pq.read_table(TASKS).to_pylist() if split == "all" or r.get("split") == split]
+    return rows[:n] if n else rows
+
+
+def train_rows(n: int) -> list[dict]:
+    """The first ``n`` training rows of the family set."""
+    return family_rows("train")[:n]
 
 
 def teacher_solutions(rows: list[dict], variants: list[str], work: Path) -> list[tuple]:
